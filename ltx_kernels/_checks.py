@@ -1,0 +1,87 @@
+"""Argument checks shared by the public wrappers: clear ValueError/TypeError messages."""
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8 = torch.float8_e4m3fn
+
+
+def tensor(name: str, t, *, dtypes=None, ndim=None, min_ndim=None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None and t.dtype not in dtypes:
+        want = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype in ({want}), got {str(t.dtype).replace('torch.', '')}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if min_ndim is not None and t.dim() < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dims, got shape {tuple(t.shape)}")
+    return t
+
+
+def same_device(**named) -> None:
+    items = [(k, v) for k, v in named.items() if isinstance(v, torch.Tensor)]
+    if not items:
+        return
+    dev0 = items[0][1].device
+    for k, v in items[1:]:
+        if v.device != dev0:
+            raise ValueError(f"{k} is on {v.device} but {items[0][0]} is on {dev0}")
+
+
+def multiple_of(name: str, value: int, m: int) -> None:
+    if value % m != 0:
+        raise ValueError(f"{name} must be a multiple of {m}, got {value}")
+
+
+def positive_finite(name: str, value) -> float:
+    v = float(value)
+    if not (v > 0 and v < float("inf")):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def rows_2d(name: str, t: torch.Tensor) -> torch.Tensor:
+    """View [..., K] as [M, K] with unit inner stride; copies only when no such view exists."""
+    k = t.shape[-1]
+    if t.dim() == 1:
+        t = t.unsqueeze(0)
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        t = t.contiguous()
+    try:
+        return t.view(-1, k)
+    except RuntimeError:
+        return t.reshape(-1, k)
+
+
+def two_level_rows(t: torch.Tensor, lead_shape) -> tuple[torch.Tensor, int, int, int]:
+    """Map a row index r over ``lead_shape`` (after broadcasting ``t`` to it) to an offset.
+
+    Returns (base, inner_count, outer_stride, inner_stride) with
+    offset(r) = (r // inner_count) * outer_stride + (r % inner_count) * inner_stride,
+    where ``base`` has unit stride on its last dim. The kernels use this to read
+    broadcast modulation / frequency tensors without materialising them.
+    """
+    d = t.shape[-1]
+    t = t.expand(*lead_shape, d)
+    if t.stride(-1) != 1 and d > 1:
+        t = t.contiguous()
+    sizes = list(t.shape[:-1])
+    strides = list(t.stride()[:-1])
+    # merge dims that are either size-1 or contiguous with their neighbour
+    dims = [(s, st) for s, st in zip(sizes, strides) if s != 1]
+    merged: list[list[int]] = []
+    for s, st in dims:
+        if merged and merged[-1][1] == st * s:
+            merged[-1] = [merged[-1][0] * s, st]
+        else:
+            merged.append([s, st])
+    if len(merged) == 0:
+        return t, 1, 0, 0
+    if len(merged) == 1:
+        return t, merged[0][0], 0, merged[0][1]
+    if len(merged) == 2:
+        return t, merged[1][0], merged[0][1], merged[1][1]
+    tc = t.contiguous()
+    return tc, int(torch.tensor(sizes).prod().item()) if sizes else 1, 0, d

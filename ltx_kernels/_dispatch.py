@@ -1,0 +1,148 @@
+"""Run-time backend choice, in the style of xformers' dispatcher.
+
+Every public op owns an :class:`Op`. Each backend registered on it answers
+``reasons(*args)``: the list of reasons it cannot take these inputs (empty
+means it can). ``backend="auto"`` takes the first backend, in priority order,
+with no reasons; naming a backend that has reasons raises
+:class:`BackendUnavailable` listing them.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+BACKENDS = ("torch", "triton", "cuda")
+log = logging.getLogger("ltx_kernels")
+if os.environ.get("LTX_KERNELS_LOG", "").lower() == "debug":
+    logging.basicConfig(format="[ltx_kernels] %(message)s")
+    log.setLevel(logging.DEBUG)
+
+
+class BackendUnavailable(ValueError):
+    """The requested backend cannot run these inputs; the message says why."""
+
+
+@dataclass
+class Backend:
+    name: str
+    fn: Callable
+    reasons: Callable[..., list]
+
+
+class Op:
+    def __init__(self, name: str):
+        self.name = name
+        self.backends: dict[str, Backend] = {}
+        # "auto" tries these in order: compiled extension, Triton, torch.
+        self.priority = ("cuda", "triton", "torch")
+
+    def register(self, name: str, reasons: Callable[..., list] | None = None):
+        if name not in BACKENDS:
+            raise ValueError(f"unknown backend {name!r}")
+
+        def deco(fn):
+            self.backends[name] = Backend(name, fn, reasons or (lambda *a, **k: []))
+            return fn
+
+        return deco
+
+    def why_not(self, *args, **kwargs) -> dict[str, list]:
+        out = {}
+        for name in BACKENDS:
+            b = self.backends.get(name)
+            out[name] = ["not implemented for this op"] if b is None else list(b.reasons(*args, **kwargs))
+        return out
+
+    def select(self, backend: str, *args, **kwargs) -> Backend:
+        backend = resolve_backend_name(backend)
+        if backend == "auto":
+            skipped = {}
+            for name in self.priority:
+                b = self.backends.get(name)
+                if b is None:
+                    continue
+                r = b.reasons(*args, **kwargs)
+                if not r:
+                    if skipped:
+                        log.debug("%s: %s (skipped %s)", self.name, name,
+                                  "; ".join(f"{k}: {', '.join(v)}" for k, v in skipped.items()))
+                    else:
+                        log.debug("%s: %s", self.name, name)
+                    return b
+                skipped[name] = r
+            raise BackendUnavailable(f"{self.name}: no backend can run these inputs: {_fmt(skipped)}")
+        b = self.backends.get(backend)
+        if b is None:
+            raise BackendUnavailable(f"{self.name}: backend {backend!r} is not implemented for this op "
+                                     f"(have: {', '.join(self.backends)})")
+        r = b.reasons(*args, **kwargs)
+        if r:
+            raise BackendUnavailable(f"{self.name}: backend {backend!r} cannot run these inputs: {'; '.join(r)}")
+        log.debug("%s: %s (requested)", self.name, backend)
+        return b
+
+    def __call__(self, backend: str, *args, **kwargs):
+        return self.select(backend, *args, **kwargs).fn(*args, **kwargs)
+
+
+def _fmt(d):
+    return "; ".join(f"{k}: {', '.join(v)}" for k, v in d.items())
+
+
+def resolve_backend_name(backend: str | None) -> str:
+    if backend is None or backend == "auto":
+        backend = os.environ.get("LTX_KERNELS_BACKEND", "auto") or "auto"
+    if backend not in ("auto",) + BACKENDS:
+        raise ValueError(f"backend must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
+    return backend
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared availability checks. Each returns a list of reasons (empty: available).
+
+def interpreter_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_import_error() -> str | None:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the install
+        return f"triton not importable ({type(e).__name__}: {e})"
+    return None
+
+
+def triton_reasons(*tensors: torch.Tensor, min_arch: tuple[int, int] = (8, 0)) -> list:
+    err = _triton_import_error()
+    if err:
+        return [err]
+    devs = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devs) > 1:
+        return [f"tensors on different devices: {sorted(map(str, devs))}"]
+    dev = next(iter(devs)) if devs else torch.device("cpu")
+    if interpreter_on():
+        return []
+    if dev.type == "cpu":
+        return ["CPU tensors need TRITON_INTERPRET=1"]
+    if dev.type != "cuda":
+        return [f"device {dev.type} is not supported by the Triton kernels"]
+    if torch.version.hip is not None:
+        return ["ROCm is not validated for these kernels"]
+    cap = torch.cuda.get_device_capability(dev)
+    if cap < min_arch:
+        return [f"needs sm_{min_arch[0]}{min_arch[1]}+, device is sm_{cap[0]}{cap[1]}"]
+    return []
+
+
+def torch_reasons(*tensors: torch.Tensor) -> list:
+    devs = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devs) > 1:
+        return [f"tensors on different devices: {sorted(map(str, devs))}"]
+    return []

@@ -1,0 +1,113 @@
+"""Public FP6 pack/unpack ops (bit layout of upstream ltx-kernels, see reference.fp6_pack)."""
+from __future__ import annotations
+
+import torch
+
+from . import _checks as chk
+from . import reference as ref
+from ._dispatch import Op, torch_reasons, triton_reasons
+
+pack_op = Op("fp6_pack")
+unpack_op = Op("fp6_unpack")
+
+
+class FP6RangeError(ValueError):
+    """fp6_pack(check=True) found values whose dropped exponent bits are not zero."""
+
+
+def _flat_words(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous flat uint8 view whose start is 16-byte aligned (copies only when needed)."""
+    flat = t.contiguous().view(torch.uint8).reshape(-1)
+    if flat.data_ptr() % 16:
+        flat = flat.clone()
+    return flat
+
+
+@pack_op.register("torch", reasons=lambda x: torch_reasons(x))
+def _pack_torch(x):
+    return ref.fp6_pack(x)
+
+
+@pack_op.register("triton", reasons=lambda x: triton_reasons(x))
+def _pack_triton(x):
+    from .triton import prepare
+
+    prepare()
+    from .triton import fp6 as k
+
+    out = torch.empty(*x.shape[:-1], x.shape[-1] // 4 * 3, dtype=torch.uint8, device=x.device)
+    k.fp6_pack(_flat_words(x), out.view(-1))
+    return out
+
+
+@unpack_op.register("torch", reasons=lambda p, n: torch_reasons(p))
+def _unpack_torch(p, n):
+    return ref.fp6_unpack(p, n)
+
+
+@unpack_op.register("triton", reasons=lambda p, n: triton_reasons(p))
+def _unpack_triton(p, n):
+    from .triton import prepare
+
+    prepare()
+    from .triton import fp6 as k
+
+    out = torch.empty(*p.shape[:-1], n, dtype=torch.uint8, device=p.device)
+    k.fp6_unpack(_flat_words(p), out.view(-1))
+    return out
+
+
+@torch.library.custom_op("ltx_kernels::fp6_pack", mutates_args=())
+def _fp6_pack_op(x: torch.Tensor, backend: str) -> torch.Tensor:
+    return pack_op(backend, x)
+
+
+@_fp6_pack_op.register_fake
+def _(x, backend):
+    return x.new_empty(*x.shape[:-1], x.shape[-1] // 4 * 3, dtype=torch.uint8)
+
+
+@torch.library.custom_op("ltx_kernels::fp6_unpack", mutates_args=())
+def _fp6_unpack_op(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
+    return unpack_op(backend, p, n)
+
+
+@_fp6_unpack_op.register_fake
+def _(p, n, backend):
+    return p.new_empty(*p.shape[:-1], n, dtype=torch.uint8)
+
+
+def fp6_check(x: torch.Tensor) -> None:
+    """Raise FP6RangeError if any value of x cannot be held in FP6 (|v| > 0.1171875 or NaN)."""
+    bad = ref.fp6_bad_values(x)
+    if bool(bad.any()):
+        count = int(bad.sum())
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        val = x.view(torch.float8_e4m3fn)[first].float().item()
+        raise FP6RangeError(
+            f"x holds {count} value(s) FP6 cannot represent (exponent bits 6-5 set, i.e. |v| > 0.1171875 "
+            f"or NaN); first at index {first} = {val}. Quantize with scale_max=0.1172 (FP6_SCALE_MAX).")
+
+
+def fp6_pack(x: torch.Tensor, *, check: bool = False, backend: str = "auto") -> torch.Tensor:
+    """Pack e4m3 codes ``[..., n]`` (uint8 or float8_e4m3fn, n % 4 == 0) into uint8 ``[..., 3n/4]``.
+
+    Keeps bits 7 and 4..0 of each byte (bits 6-5 must be zero), 4 codes -> 3 bytes MSB-first,
+    bit-exact with upstream. ``check=True`` raises FP6RangeError instead of dropping set bits.
+    """
+    chk.tensor("x", x, dtypes=(torch.uint8, torch.float8_e4m3fn), min_ndim=1)
+    chk.multiple_of("x.shape[-1]", x.shape[-1], 4)
+    if check:
+        fp6_check(x)
+    return torch.ops.ltx_kernels.fp6_pack(x, backend)
+
+
+def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tensor:
+    """Inverse of fp6_pack: uint8 ``[..., 3n/4]`` -> uint8 ``[..., n]`` (view it as float8_e4m3fn)."""
+    chk.tensor("p", p, dtypes=(torch.uint8,), min_ndim=1)
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    chk.multiple_of("n", n, 4)
+    if p.shape[-1] != n // 4 * 3:
+        raise ValueError(f"p's last dim must be 3*n/4 = {n // 4 * 3} for n={n}, got {p.shape[-1]}")
+    return torch.ops.ltx_kernels.fp6_unpack(p, n, backend)

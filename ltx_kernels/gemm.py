@@ -1,0 +1,113 @@
+"""Public blockwise FP8 GEMM: ``D = sum_kb (sa[m,kb] * sb[n/128,kb]) * (A_kb @ B_kb^T) + bias``."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _checks as chk
+from . import _ext
+from . import reference as ref
+from ._dispatch import Op, torch_reasons, triton_reasons
+
+FP8 = torch.float8_e4m3fn
+gemm_op = Op("fp8_gemm_nt")
+
+
+@gemm_op.register("torch", reasons=lambda a, sa, b, sb, bias, d: torch_reasons(a, sa, b, sb, bias))
+def _gemm_torch(a, sa, b, sb, bias, d):
+    d.copy_(ref.fp8_gemm_nt(a, sa, b, sb, bias))
+
+
+@gemm_op.register("triton", reasons=lambda a, sa, b, sb, bias, d: triton_reasons(a, sa, b, sb, bias, d,
+                                                                                 min_arch=(8, 9)))
+def _gemm_triton(a, sa, b, sb, bias, d):
+    from .triton import prepare
+
+    prepare()
+    from .triton import fp8_gemm as k
+
+    k.fp8_gemm_nt(a, sa, b, sb, bias, d)
+
+
+def _cuda_reasons(a, sa, b, sb, bias, d):
+    return _ext.reasons("_C_gemm_sm90", a, sa, b, sb, bias, d, arch=(9, 0))
+
+
+@gemm_op.register("cuda", reasons=_cuda_reasons)
+def _gemm_cuda(a, sa, b, sb, bias, d):
+    mod, _ = _ext.load("_C_gemm_sm90")
+    mod.fp8_gemm_nt(a, sa, b, sb, bias, d)
+
+
+@torch.library.custom_op("ltx_kernels::fp8_gemm_nt_out", mutates_args=("out",))
+def _gemm_out_op(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+                 bias: Optional[torch.Tensor], out: torch.Tensor, backend: str) -> None:
+    gemm_op(backend, a, a_scales, b, b_scales, bias, out)
+
+
+@_gemm_out_op.register_fake
+def _(a, a_scales, b, b_scales, bias, out, backend):
+    return None
+
+
+@torch.library.custom_op("ltx_kernels::fp8_gemm_nt", mutates_args=())
+def _gemm_new_op(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+                 bias: Optional[torch.Tensor], backend: str) -> torch.Tensor:
+    d = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
+    gemm_op(backend, a, a_scales, b, b_scales, bias, d)
+    return d
+
+
+@_gemm_new_op.register_fake
+def _(a, a_scales, b, b_scales, bias, backend):
+    return a.new_empty(a.shape[0], b.shape[0], dtype=torch.bfloat16)
+
+
+def validate(a, a_scales, b, b_scales, bias, out):
+    """Checks shared by every GEMM entry point; returns (a, b, bias) with unit inner stride, fp32 bias."""
+    chk.tensor("a", a, dtypes=(FP8,), ndim=2)
+    chk.tensor("b", b, dtypes=(FP8,), ndim=2)
+    m, k = a.shape
+    n, k2 = b.shape
+    if k != k2:
+        raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K differs")
+    chk.multiple_of("K (a.shape[1])", k, 128)
+    chk.multiple_of("N (b.shape[0])", n, 128)
+    chk.tensor("a_scales", a_scales, dtypes=(torch.float32,), ndim=2)
+    chk.tensor("b_scales", b_scales, dtypes=(torch.float32,), ndim=2)
+    if tuple(a_scales.shape) != (m, k // 128):
+        raise ValueError(f"a_scales must be [M, K/128] = [{m}, {k // 128}], got {tuple(a_scales.shape)}")
+    if tuple(b_scales.shape) != (n // 128, k // 128):
+        raise ValueError(f"b_scales must be [N/128, K/128] = [{n // 128}, {k // 128}], got {tuple(b_scales.shape)}")
+    if bias is not None:
+        chk.tensor("bias", bias, dtypes=chk.FLOAT_DTYPES)
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be [N] = [{n}], got {tuple(bias.shape)}")
+        bias = bias.float().contiguous()
+    if out is not None:
+        chk.tensor("out", out, dtypes=(torch.bfloat16,), ndim=2)
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out must be [M, N] = [{m}, {n}], got {tuple(out.shape)}")
+        if out.stride(1) != 1:
+            raise ValueError(f"out must have unit stride along N, got strides {out.stride()}")
+    chk.same_device(a=a, a_scales=a_scales, b=b, b_scales=b_scales, bias=bias, out=out)
+    if a.stride(1) != 1:
+        a = a.contiguous()
+    if b.stride(1) != 1:
+        b = b.contiguous()
+    return a, b, bias
+
+
+def fp8_gemm_nt(a, a_scales, b, b_scales, bias=None, *, out=None, backend="auto"):
+    """Blockwise FP8 GEMM ``D[M, N] = A[M, K] @ B[N, K]^T`` with bf16 output.
+
+    a, b float8_e4m3fn; a_scales fp32 logical ``[M, K/128]`` (the layout ``quantize_blockwise``
+    writes; other strides are honoured); b_scales fp32 ``[N/128, K/128]``; bias fp32 ``[N]``.
+    Any M >= 0; N and K multiples of 128. fp32 accumulation promoted every 128-K block.
+    """
+    a, b, bias = validate(a, a_scales, b, b_scales, bias, out)
+    if out is None:
+        return torch.ops.ltx_kernels.fp8_gemm_nt(a, a_scales, b, b_scales, bias, backend)
+    torch.ops.ltx_kernels.fp8_gemm_nt_out(a, a_scales, b, b_scales, bias, out, backend)
+    return out

@@ -1,0 +1,373 @@
+"""Public blockwise-FP8 quantization ops: plain, weights, dequantize and the fused producers.
+
+Activation scales are fp32 logical ``[M, K/128]`` with element (m, kb) at
+``m + kb*A4(M)`` (A4 = round up to 4): the layout the GEMMs read. Inside the
+torch.library ops they travel as the ``[K/128, A4(M)]`` buffer; the wrappers
+return the ``[M, K/128]`` view of it.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _checks as chk
+from . import reference as ref
+from ._dispatch import Op, torch_reasons, triton_reasons
+
+FP8 = torch.float8_e4m3fn
+FP8_SCALE_MAX = ref.FP8_SCALE_MAX
+FP6_SCALE_MAX = ref.FP6_SCALE_MAX
+MAX_ROW = 32768  # whole-row kernels keep the row in registers
+
+quantize_op = Op("quantize_blockwise")
+weights_op = Op("quantize_weights_blockwise")
+dequantize_op = Op("dequantize_blockwise")
+adanorm_op = Op("quantize_adanorm")
+rms_fma_op = Op("quantize_rms_fma")
+gated_op = Op("gated_attention")
+
+
+def _prepare_triton():
+    from .triton import prepare
+
+    prepare()
+    from .triton import quantize as k
+
+    return k
+
+
+def _as_buffer(scales: torch.Tensor) -> torch.Tensor:
+    """[M, KB] aligned-layout scales -> the [KB, A4(M)] buffer (copying into a fresh one)."""
+    m, kb = scales.shape
+    buf = torch.zeros(kb, ref.align4(m), dtype=torch.float32, device=scales.device)
+    buf.t()[:m].copy_(scales)
+    return buf
+
+
+def buffer_to_scales(buf: torch.Tensor, m: int) -> torch.Tensor:
+    return buf.t()[:m]
+
+
+def _row_reasons(k: int) -> list:
+    return [f"row length {k} > {MAX_ROW} (whole-row kernel)"] if k > MAX_ROW else []
+
+
+# ---------------------------------------------------------------------------------------------
+# quantize_blockwise
+
+@quantize_op.register("torch", reasons=lambda x, *a: torch_reasons(x))
+def _quantize_torch(x, scale_max, gelu):
+    q, s = ref.quantize_blockwise(x, scale_max, gelu)
+    return q, _as_buffer(s)
+
+
+@quantize_op.register("triton", reasons=lambda x, *a: triton_reasons(x, min_arch=(8, 9)))
+def _quantize_triton(x, scale_max, gelu):
+    k = _prepare_triton()
+    kk = x.shape[-1]
+    x2 = chk.rows_2d("x", x)
+    q = torch.empty(x.shape, dtype=FP8, device=x.device)
+    sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
+    k.quantize(x2, q.view(-1, kk), sbuf, scale_max, gelu)
+    return q, sbuf
+
+
+@torch.library.custom_op("ltx_kernels::quantize_blockwise", mutates_args=())
+def _quantize_op(x: torch.Tensor, scale_max: float, gelu: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_op(backend, x, scale_max, gelu)
+
+
+def _fake_quantized(x):
+    m = x.numel() // x.shape[-1]
+    return x.new_empty(x.shape, dtype=FP8), x.new_empty(x.shape[-1] // 128, ref.align4(m), dtype=torch.float32)
+
+
+@_quantize_op.register_fake
+def _(x, scale_max, gelu, backend):
+    return _fake_quantized(x)
+
+
+def _check_rows(name: str, x) -> int:
+    chk.tensor(name, x, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
+    k = x.shape[-1]
+    if k == 0 or k % 128:
+        raise ValueError(f"{name}'s last dim must be a positive multiple of 128, got {k}")
+    return k
+
+
+def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"):
+    """1x128 blockwise FP8 quantization along the last dim.
+
+    Returns ``(q, scales)``: q float8_e4m3fn with x's shape, scales fp32 ``[M, K/128]`` in the
+    GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
+    GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
+    """
+    k = _check_rows("x", x)
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    q, buf = torch.ops.ltx_kernels.quantize_blockwise(x, scale_max, bool(gelu), backend)
+    return q, buffer_to_scales(buf, x.numel() // k)
+
+
+# ---------------------------------------------------------------------------------------------
+# quantize_weights_blockwise
+
+@weights_op.register("torch", reasons=lambda w, *a: torch_reasons(w))
+def _weights_torch(w, scale_max):
+    return ref.quantize_weights_blockwise(w, scale_max)
+
+
+@weights_op.register("triton", reasons=lambda w, *a: triton_reasons(w, min_arch=(8, 9)))
+def _weights_triton(w, scale_max):
+    k = _prepare_triton()
+    n, kk = w.shape
+    w2 = w if w.stride(-1) == 1 else w.contiguous()
+    q = torch.empty(n, kk, dtype=FP8, device=w.device)
+    s = torch.empty(n // 128, kk // 128, dtype=torch.float32, device=w.device)
+    k.quantize_weights(w2, q, s, scale_max)
+    return q, s
+
+
+@torch.library.custom_op("ltx_kernels::quantize_weights_blockwise", mutates_args=())
+def _weights_op(w: torch.Tensor, scale_max: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return weights_op(backend, w, scale_max)
+
+
+@_weights_op.register_fake
+def _(w, scale_max, backend):
+    n, k = w.shape
+    return w.new_empty(n, k, dtype=FP8), w.new_empty(n // 128, k // 128, dtype=torch.float32)
+
+
+def quantize_weights_blockwise(w, *, scale_max=FP8_SCALE_MAX, backend="auto"):
+    """128x128 blockwise quantization of a weight ``[N, K]`` -> ``(q [N, K], scales [N/128, K/128])``.
+
+    The stored scale is ``amax / scale_max`` per block, as LTX-2 checkpoints expect
+    (``scale_max=FP6_SCALE_MAX`` makes every code FP6-packable).
+    """
+    chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
+    n, k = w.shape
+    chk.multiple_of("w.shape[0] (N)", n, 128)
+    chk.multiple_of("w.shape[1] (K)", k, 128)
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    return torch.ops.ltx_kernels.quantize_weights_blockwise(w, scale_max, backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# dequantize_blockwise
+
+@dequantize_op.register("torch", reasons=lambda q, s, *a: torch_reasons(q, s))
+def _dequantize_torch(q, scales, out_dtype):
+    return ref.dequantize_blockwise(q, scales, out_dtype)
+
+
+@dequantize_op.register("triton", reasons=lambda q, s, *a: triton_reasons(q, s, min_arch=(8, 9)))
+def _dequantize_triton(q, scales, out_dtype):
+    k = _prepare_triton()
+    kk = q.shape[-1]
+    q2 = chk.rows_2d("q", q)
+    out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+    rows_per_scale = 1 if scales.shape[0] == q2.shape[0] else 128
+    k.dequantize(q2, scales, out.view(-1, kk), rows_per_scale)
+    return out
+
+
+@torch.library.custom_op("ltx_kernels::dequantize_blockwise", mutates_args=())
+def _dequantize_op(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype, backend: str) -> torch.Tensor:
+    return dequantize_op(backend, q, scales, out_dtype)
+
+
+@_dequantize_op.register_fake
+def _(q, scales, out_dtype, backend):
+    return q.new_empty(q.shape, dtype=out_dtype)
+
+
+def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto"):
+    """``q * scale`` for either layout: activation scales ``[M, K/128]`` (any strides) or weight
+    scales ``[ceil(M/128), K/128]``; M is the product of q's leading dims."""
+    chk.tensor("q", q, dtypes=(FP8,), min_ndim=1)
+    chk.tensor("scales", scales, dtypes=(torch.float32,), ndim=2)
+    if out_dtype not in chk.FLOAT_DTYPES:
+        raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    chk.same_device(q=q, scales=scales)
+    kk = q.shape[-1]
+    m = q.numel() // kk if kk else 0
+    kb = (kk + 127) // 128
+    if scales.shape[1] != kb or scales.shape[0] not in (m, (m + 127) // 128):
+        raise ValueError(f"scales must be [{m}, {kb}] (1x128 blocks) or [{(m + 127) // 128}, {kb}] "
+                         f"(128x128 blocks) for q of shape {tuple(q.shape)}, got {tuple(scales.shape)}")
+    return torch.ops.ltx_kernels.dequantize_blockwise(q, scales, out_dtype, backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# fused producers
+
+def _check_modulation(name: str, t, x) -> None:
+    chk.tensor(name, t, dtypes=chk.FLOAT_DTYPES)
+    try:
+        ok = torch.broadcast_shapes(t.shape, x.shape) == x.shape
+    except RuntimeError:
+        ok = False
+    if not ok or t.dim() == 0 or t.shape[-1] != x.shape[-1]:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} must broadcast to x's shape {tuple(x.shape)} "
+                         f"with the same last dim (e.g. [B, 1, h] or [B, T, h])")
+
+
+@adanorm_op.register("torch", reasons=lambda x, sc, sh, *a: torch_reasons(x, sc, sh))
+def _adanorm_torch(x, scale, shift, eps, scale_max):
+    q, s = ref.quantize_adanorm(x, scale, shift, eps, scale_max)
+    return q, _as_buffer(s)
+
+
+@adanorm_op.register("triton", reasons=lambda x, sc, sh, *a: triton_reasons(x, sc, sh, min_arch=(8, 9))
+                     + _row_reasons(x.shape[-1]))
+def _adanorm_triton(x, scale, shift, eps, scale_max):
+    k = _prepare_triton()
+    kk = x.shape[-1]
+    x2 = chk.rows_2d("x", x)
+    q = torch.empty(x.shape, dtype=FP8, device=x.device)
+    sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
+    lead = x.shape[:-1]
+    k.quantize_adanorm(x2, chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead), q.view(-1, kk),
+                       sbuf, eps, scale_max)
+    return q, sbuf
+
+
+@torch.library.custom_op("ltx_kernels::quantize_adanorm", mutates_args=())
+def _adanorm_op(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float, scale_max: float,
+                backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return adanorm_op(backend, x, scale, shift, eps, scale_max)
+
+
+@_adanorm_op.register_fake
+def _(x, scale, shift, eps, scale_max, backend):
+    return _fake_quantized(x)
+
+
+def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, backend="auto"):
+    """``quantize_blockwise(rms_norm(x, eps) * (1 + scale) + shift)`` in one pass, fp32 sums.
+
+    x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
+    """
+    _check_rows("x", x)
+    _check_modulation("scale", scale, x)
+    _check_modulation("shift", shift, x)
+    chk.same_device(x=x, scale=scale, shift=shift)
+    eps = float(eps)
+    if not 0 <= eps < float("inf"):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    q, buf = torch.ops.ltx_kernels.quantize_adanorm(x, scale, shift, eps, scale_max, backend)
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
+
+
+@rms_fma_op.register("torch", reasons=lambda x, y, g, *a: torch_reasons(x, y, g))
+def _rms_fma_torch(x, y, gate, eps, scale_max):
+    q, s, r = ref.quantize_rms_fma(x, y, gate, eps, scale_max)
+    x.copy_(r)
+    return q, _as_buffer(s)
+
+
+@rms_fma_op.register("triton", reasons=lambda x, y, g, *a: triton_reasons(x, y, g, min_arch=(8, 9))
+                     + _row_reasons(x.shape[-1]))
+def _rms_fma_triton(x, y, gate, eps, scale_max):
+    k = _prepare_triton()
+    kk = x.shape[-1]
+    x2 = chk.rows_2d("x", x)
+    in_place = x2.data_ptr() == x.data_ptr() and x2.is_contiguous() == x.is_contiguous()
+    if not in_place:
+        x2 = x2.clone()
+    q = torch.empty(x.shape, dtype=FP8, device=x.device)
+    sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
+    k.quantize_rms_fma(x2, chk.rows_2d("y", y), chk.two_level_rows(gate, x.shape[:-1]), q.view(-1, kk), sbuf,
+                       eps, scale_max)
+    if not in_place:
+        x.copy_(x2.view(x.shape))
+    return q, sbuf
+
+
+@torch.library.custom_op("ltx_kernels::quantize_rms_fma_", mutates_args=("x",))
+def _rms_fma_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
+                backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_fma_op(backend, x, y, gate, eps, scale_max)
+
+
+@_rms_fma_op.register_fake
+def _(x, y, gate, eps, scale_max, backend):
+    return _fake_quantized(x)
+
+
+def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=True, backend="auto"):
+    """Residual update then norm+quantize: ``r = x + y*gate`` (rounded to x.dtype),
+    ``(q, scales) = quantize_blockwise(rms_norm(r, eps))``.
+
+    With ``inplace=True`` r is written into x (as upstream does); otherwise x is left alone.
+    Returns ``(q, scales, r)``. gate broadcasts to x (``[B, 1, h]`` or ``[B, T, h]``).
+    """
+    _check_rows("x", x)
+    chk.tensor("y", y, dtypes=chk.FLOAT_DTYPES)
+    if y.shape != x.shape:
+        raise ValueError(f"y must have x's shape {tuple(x.shape)}, got {tuple(y.shape)}")
+    _check_modulation("gate", gate, x)
+    chk.same_device(x=x, y=y, gate=gate)
+    eps = float(eps)
+    if not 0 <= eps < float("inf"):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    r = x if inplace else x.clone()
+    q, buf = torch.ops.ltx_kernels.quantize_rms_fma_(r, y, gate, eps, scale_max, backend)
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1]), r
+
+
+def _NO_SCALES(x):  # custom ops cannot return None: an empty stand-in when not quantizing
+    return x.new_empty(0, dtype=torch.float32)
+
+
+@gated_op.register("torch", reasons=lambda x, l, *a: torch_reasons(x, l))
+def _gated_torch(x, logits, quantize, scale_max):
+    out, s = ref.gated_attention(x, logits, quantize, scale_max)
+    return out, (_as_buffer(s) if s is not None else _NO_SCALES(x))
+
+
+@gated_op.register("triton", reasons=lambda x, l, *a: triton_reasons(x, l, min_arch=(8, 9)))
+def _gated_triton(x, logits, quantize, scale_max):
+    k = _prepare_triton()
+    kk = x.shape[-1]
+    x2 = chk.rows_2d("x", x)
+    l2 = chk.rows_2d("gate_logits", logits)
+    out = torch.empty(x.shape, dtype=FP8 if quantize else x.dtype, device=x.device)
+    sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device) if quantize else None
+    k.gated_attention(x2, l2, out.view(-1, kk), sbuf, logits.shape[-1], scale_max, quantize)
+    return out, sbuf if quantize else _NO_SCALES(x)
+
+
+@torch.library.custom_op("ltx_kernels::gated_attention", mutates_args=())
+def _gated_op(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, scale_max: float,
+              backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return gated_op(backend, x, gate_logits, quantize, scale_max)
+
+
+@_gated_op.register_fake
+def _(x, gate_logits, quantize, scale_max, backend):
+    if not quantize:
+        return x.new_empty(x.shape), _NO_SCALES(x)
+    return _fake_quantized(x)
+
+
+def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, backend="auto"):
+    """Per-head output gate ``x * 2*sigmoid(logit)``; x ``[..., H*D]``, gate_logits ``[..., H]``.
+
+    Returns ``(q, scales)`` (blockwise FP8) when ``quantize``, else ``(out in x.dtype, None)``.
+    """
+    kk = _check_rows("x", x) if quantize else chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1).shape[-1]
+    chk.tensor("gate_logits", gate_logits, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
+    nh = gate_logits.shape[-1]
+    if gate_logits.shape[:-1] != x.shape[:-1]:
+        raise ValueError(f"gate_logits must be x's leading shape {tuple(x.shape[:-1])} + [H], "
+                         f"got {tuple(gate_logits.shape)}")
+    if nh < 1 or kk % nh:
+        raise ValueError(f"the head count H={nh} (gate_logits.shape[-1]) must divide x's last dim {kk}")
+    chk.same_device(x=x, gate_logits=gate_logits)
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    out, buf = torch.ops.ltx_kernels.gated_attention(x, gate_logits, bool(quantize), scale_max, backend)
+    if not quantize:
+        return out, None
+    return out, buffer_to_scales(buf, x.numel() // kk)

@@ -1,0 +1,183 @@
+"""Blockwise FP8 GEMM, D[M, N] = A[M, K] @ B[N, K]^T with 1x128 (A) and 128x128 (B) scales.
+
+One ``tl.dot`` per 128-wide K block into a fresh fp32 tile, promoted into the
+fp32 accumulator with ``a_scale[m] * b_scale[n/128]`` (no fp16 accumulation, so
+448-scaled operands cannot overflow), then fp32 bias and one bf16 rounding.
+Variants, picked per shape by the config cache:
+  USE_TMA   operands (and D) through host-built tensor descriptors (Hopper TMA),
+            out-of-range rows zero-filled / clipped by the copy engine;
+  PIPELINE  issue block kb+1's MMA before promoting block kb, so the tensor cores
+            are not idle while the CUDA cores scale.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import tuning
+
+try:  # host-side TMA descriptors (triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover
+    TensorDescriptor = None
+
+
+@triton.jit
+def _tile_ids(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped launch order: GROUP_M row-tiles share each B column panel while it is in L2."""
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_n
+    group = pid // per_group
+    first_m = group * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % size_m
+    pid_n = (pid % per_group) // size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, k0, stride_am, stride_bn, M, N,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    if USE_TMA:
+        a = a_src.load([m0, k0])
+        b = b_src.load([n0, k0])
+    else:
+        offs_k = k0 + tl.arange(0, 128)
+        a = tl.load(a_src + offs_m[:, None] * stride_am + offs_k[None, :], mask=(offs_m < M)[:, None], other=0.0)
+        b = tl.load(b_src + offs_n[:, None] * stride_bn + offs_k[None, :], mask=(offs_n < N)[:, None], other=0.0)
+    return a, b
+
+
+@triton.jit
+def _fp8_gemm_nt_kernel(
+    a_src, b_src, d_src, sa_ptr, sb_ptr, bias_ptr,
+    M, N, K, stride_am, stride_bn, stride_dm, sa_sm, sa_sk, sb_sn, sb_sk,
+    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PIPELINE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid_m, pid_n = _tile_ids(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    m0 = pid_m * BLOCK_M
+    n0 = pid_n * BLOCK_N
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    sa_ptrs = sa_ptr + offs_m * sa_sm
+    sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+    KB = K // 128
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if PIPELINE:
+        a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, 0, stride_am, stride_bn, M, N, BLOCK_M, BLOCK_N, USE_TMA)
+        p = tl.dot(a, tl.trans(b))
+        s = tl.load(sa_ptrs, mask=mask_m, other=0.0)[:, None] * tl.load(sb_ptrs, mask=mask_n, other=0.0)[None, :]
+        for kb in range(1, KB):
+            a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
+                            BLOCK_M, BLOCK_N, USE_TMA)
+            p_next = tl.dot(a, tl.trans(b))
+            acc += p * s
+            s = (tl.load(sa_ptrs + kb * sa_sk, mask=mask_m, other=0.0)[:, None]
+                 * tl.load(sb_ptrs + kb * sb_sk, mask=mask_n, other=0.0)[None, :])
+            p = p_next
+        acc += p * s
+    else:
+        for kb in range(0, KB):
+            a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
+                            BLOCK_M, BLOCK_N, USE_TMA)
+            p = tl.dot(a, tl.trans(b))
+            sa = tl.load(sa_ptrs + kb * sa_sk, mask=mask_m, other=0.0)
+            sb = tl.load(sb_ptrs + kb * sb_sk, mask=mask_n, other=0.0)
+            acc += p * (sa[:, None] * sb[None, :])
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+    d = acc.to(tl.bfloat16)
+    if USE_TMA:
+        d_src.store([m0, n0], d)
+    else:
+        tl.store(d_src + offs_m[:, None] * stride_dm + offs_n[None, :], d, mask=mask_m[:, None] & mask_n[None, :])
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side: DeepGEMM-style readable config choice, then the per-GPU cache.
+
+def m_bucket(m: int) -> int:
+    """Cache key for M: the next power of two, 64 .. 32768."""
+    return min(max(64, triton.next_power_of_2(m)), 32768)
+
+
+def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
+    if m <= 64:
+        return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
+                "USE_TMA": tma_ok, "PIPELINE": False}
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
+            "USE_TMA": tma_ok, "PIPELINE": False}
+
+
+def candidates(m: int, tma_ok: bool) -> list[dict]:
+    tiles = [(64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 4), (128, 64, 4)]
+    if m <= 64:
+        tiles = [(64, 128, 4), (64, 64, 4), (64, 256, 4)]
+    out = []
+    for bm, bn, w in tiles:
+        for stages in (3, 4, 5):
+            for tma in ((False, True) if tma_ok else (False,)):
+                for pipe in (False, True):
+                    out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w,
+                                "num_stages": stages, "USE_TMA": tma, "PIPELINE": pipe})
+    return out
+
+
+def tma_supported(a: torch.Tensor) -> bool:
+    if TensorDescriptor is None:
+        return False
+    if a.device.type != "cuda":
+        return True  # the interpreter emulates descriptors
+    return torch.cuda.get_device_capability(a.device) >= (9, 0)
+
+
+
+def _launch(a, sa, b, sb, bias, d, cfg):
+    m, k = a.shape
+    n = b.shape[0]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    if cfg["USE_TMA"]:
+        a_src = TensorDescriptor.from_tensor(a, [bm, 128])
+        b_src = TensorDescriptor.from_tensor(b, [bn, 128])
+        d_src = TensorDescriptor.from_tensor(d, [bm, bn])
+    else:
+        a_src, b_src, d_src = a, b, d
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    _fp8_gemm_nt_kernel[grid](
+        a_src, b_src, d_src, sa, sb, bias if bias is not None else sb,
+        m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
+        HAS_BIAS=bias is not None, USE_TMA=cfg["USE_TMA"], PIPELINE=cfg["PIPELINE"],
+        BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+
+
+def _tma_ok_for(a, b, d) -> bool:
+    # descriptors need 16-byte aligned bases and row strides
+    return (tma_supported(a) and all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+                                     and t.stride(1) == 1 for t in (a, b, d)))
+
+
+def config_for(m: int, n: int, k: int, a, b, d, sa, sb, bias) -> dict:
+    tma_ok = _tma_ok_for(a, b, d)
+    cfg = tuning.choose("fp8_gemm_nt", (n, k, m_bucket(m)), heuristic(m, n, k, tma_ok),
+                        lambda: candidates(m, tma_ok),
+                        lambda c: (lambda: _launch(a, sa, b, sb, bias, d, c)), device=a.device)
+    if cfg.get("USE_TMA") and not tma_ok:
+        cfg = dict(cfg, USE_TMA=False)
+    return cfg
+
+
+def fp8_gemm_nt(a, sa, b, sb, bias, d, cfg: dict | None = None) -> None:
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        d.copy_(bias.to(d.dtype).expand(m, n) if bias is not None else torch.zeros_like(d))
+        return
+    _launch(a, sa, b, sb, bias, d, cfg or config_for(m, n, k, a, b, d, sa, sb, bias))

@@ -1,0 +1,282 @@
+"""Blockwise FP8 quantization family: 1x128 activation blocks, 128x128 weight blocks.
+
+All kernels share ``_quantize_store``: per 128-block absmax (NaN ignored, floored
+at AMAX_FLOOR so zero blocks give zero codes and a finite scale), codes
+``x * (scale_max / amax)`` cast to e4m3 (saturating on sm_90), stored scale
+``amax / scale_max``. Both divisions are IEEE (div_rn), so codes match the
+torch reference bit for bit. Activation scales go to the M-major layout with
+A4(M) padding rows that the GEMMs read; the padding is written as zeros.
+The fused producers hold a whole row in registers (the RMS needs it).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import reference as ref
+from .. import tuning
+
+
+@triton.jit
+def _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                    AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    """u: fp32 [BLOCK_M, BLOCK_KB*128] for rows ``rows`` and 128-blocks ``kbs``."""
+    u3 = tl.reshape(u, (BLOCK_M, BLOCK_KB, 128))
+    amax = tl.max(tl.where(u3 == u3, tl.abs(u3), 0.0), axis=2)
+    amax = tl.maximum(amax, AMAX_FLOOR)
+    smax = tl.full((BLOCK_M, BLOCK_KB), scale_max, tl.float32)
+    inv = tl.math.div_rn(smax, amax)
+    q = tl.reshape((u3 * inv[:, :, None]).to(tl.float8e4nv), (BLOCK_M, BLOCK_KB * 128))
+    cols = kbs[:, None] * 128 + tl.arange(0, 128)[None, :]
+    cols = tl.reshape(cols, (BLOCK_KB * 128,))
+    qmask = (rows[:, None] < M) & (cols[None, :] < KB * 128)
+    tl.store(q_ptr + rows[:, None] * stride_q + cols[None, :], q, mask=qmask)
+    scale = tl.where(rows[:, None] < M, tl.math.div_rn(amax, smax), 0.0)
+    smask = (rows[:, None] < M_PAD) & (kbs[None, :] < KB)
+    tl.store(s_ptr + rows[:, None] + kbs[None, :] * s_stride, scale, mask=smask)
+
+
+@triton.jit
+def _gelu_tanh(u):
+    z = 0.7978845608028654 * (u + 0.044715 * u * u * u)
+    t = 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
+    return 0.5 * u * (1.0 + t)
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_q, s_stride, scale_max,
+                     GELU: tl.constexpr, AMAX_FLOOR: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    kbs = tl.program_id(1) * BLOCK_KB + tl.arange(0, BLOCK_KB)
+    cols = tl.reshape(kbs[:, None] * 128 + tl.arange(0, 128)[None, :], (BLOCK_KB * 128,))
+    mask = (rows[:, None] < M) & (cols[None, :] < KB * 128)
+    u = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if GELU:
+        u = _gelu_tanh(u)
+    _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                    AMAX_FLOOR, BLOCK_M, BLOCK_KB)
+
+
+@triton.jit
+def _mod_offsets(rows, inner, outer_stride, inner_stride):
+    return (rows // inner) * outer_stride + (rows % inner) * inner_stride
+
+
+@triton.jit
+def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_q, s_stride,
+                    sc_inner, sc_outer_stride, sc_inner_stride, sh_inner, sh_outer_stride, sh_inner_stride,
+                    eps, scale_max, AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    kbs = tl.arange(0, BLOCK_KB)
+    cols = tl.arange(0, BLOCK_KB * 128)
+    K = KB * 128
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
+    sc_row = _mod_offsets(rows, sc_inner, sc_outer_stride, sc_inner_stride)
+    sh_row = _mod_offsets(rows, sh_inner, sh_outer_stride, sh_inner_stride)
+    sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    u = x * inv[:, None] * (1.0 + sc) + sh
+    _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                    AMAX_FLOOR, BLOCK_M, BLOCK_KB)
+
+
+@triton.jit
+def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_y, stride_q, s_stride,
+                    g_inner, g_outer_stride, g_inner_stride, eps, scale_max,
+                    AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    kbs = tl.arange(0, BLOCK_KB)
+    cols = tl.arange(0, BLOCK_KB * 128)
+    K = KB * 128
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    x_ptrs = x_ptr + rows[:, None] * stride_x + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + rows[:, None] * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    g_row = _mod_offsets(rows, g_inner, g_outer_stride, g_inner_stride)
+    g = tl.load(g_ptr + g_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    r = (x + y * g).to(x_ptr.dtype.element_ty)
+    tl.store(x_ptrs, r, mask=mask)
+    r = r.to(tl.float32)  # normalise the residual as stored, like the model does
+    inv = tl.math.rsqrt(tl.sum(r * r, axis=1) / K + eps)
+    _quantize_store(r * inv[:, None], rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                    AMAX_FLOOR, BLOCK_M, BLOCK_KB)
+
+
+@triton.jit
+def _gated_kernel(x_ptr, l_ptr, q_ptr, s_ptr, M, M_PAD, KB, NH, HD, stride_x, stride_l, stride_q, s_stride,
+                  scale_max, QUANTIZE: tl.constexpr, AMAX_FLOOR: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    kbs = tl.program_id(1) * BLOCK_KB + tl.arange(0, BLOCK_KB)
+    cols = tl.reshape(kbs[:, None] * 128 + tl.arange(0, 128)[None, :], (BLOCK_KB * 128,))
+    K = NH * HD
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    logit = tl.load(l_ptr + rows[:, None] * stride_l + cols[None, :] // HD, mask=mask, other=0.0).to(tl.float32)
+    u = x * (2.0 / (1.0 + tl.exp(-logit)))
+    if QUANTIZE:
+        _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                        AMAX_FLOOR, BLOCK_M, BLOCK_KB)
+    else:
+        tl.store(q_ptr + rows[:, None] * stride_q + cols[None, :], u.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _quantize_weights_kernel(w_ptr, q_ptr, s_ptr, stride_w, stride_q, KB, scale_max, AMAX_FLOOR: tl.constexpr):
+    nb = tl.program_id(0)
+    kb = tl.program_id(1)
+    r = (nb * 128 + tl.arange(0, 128)).to(tl.int64)
+    c = kb * 128 + tl.arange(0, 128)
+    w = tl.load(w_ptr + r[:, None] * stride_w + c[None, :]).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.max(tl.where(w == w, tl.abs(w), 0.0), axis=1), axis=0), AMAX_FLOOR)
+    smax = tl.full((), scale_max, tl.float32)
+    q = (w * tl.math.div_rn(smax, amax)).to(tl.float8e4nv)
+    tl.store(q_ptr + r[:, None] * stride_q + c[None, :], q)
+    tl.store(s_ptr + nb * KB + kb, tl.math.div_rn(amax, smax))
+
+
+@triton.jit
+def _dequantize_kernel(q_ptr, s_ptr, o_ptr, M, K, stride_q, stride_o, s_sm, s_sk,
+                       ROWS_PER_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    q = tl.load(q_ptr + rows[:, None] * stride_q + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(s_ptr + (rows[:, None] // ROWS_PER_SCALE) * s_sm + (cols[None, :] // 128) * s_sk,
+                mask=mask, other=0.0)
+    tl.store(o_ptr + rows[:, None] * stride_o + cols[None, :], (q * s).to(o_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+
+def _row_cfg(kb_pad: int) -> dict:
+    """Whole-row kernels: about 8K elements per program."""
+    block_m = max(1, min(8, 64 // kb_pad))
+    elems = block_m * kb_pad * 128
+    return {"BLOCK_M": block_m, "num_warps": 4 if elems <= 2048 else 8 if elems <= 8192 else 16}
+
+
+def _row_candidates(kb_pad: int) -> list[dict]:
+    return [{"BLOCK_M": m, "num_warps": w} for m in (1, 2, 4, 8) for w in (4, 8, 16)
+            if m * kb_pad * 128 <= 32768]
+
+
+def _chunk_cfg(kb: int) -> dict:
+    block_kb = min(triton.next_power_of_2(kb), 8)
+    return {"BLOCK_M": max(1, 32 // block_kb), "BLOCK_KB": block_kb, "num_warps": 8}
+
+
+def _chunk_candidates(kb: int) -> list[dict]:
+    out = []
+    for bkb in (1, 2, 4, 8, 16, 32):
+        if bkb > triton.next_power_of_2(kb):
+            continue
+        for bm in (1, 2, 4, 8, 16, 32):
+            if 2048 <= bm * bkb * 128 <= 32768:
+                for w in (4, 8, 16):
+                    out.append({"BLOCK_M": bm, "BLOCK_KB": bkb, "num_warps": w})
+    return out
+
+
+def scale_buffer(m: int, kb: int, device) -> torch.Tensor:
+    """[KB, A4(M)] fp32; the kernels fill every element (padding rows with 0)."""
+    return torch.empty(kb, ref.align4(m), dtype=torch.float32, device=device)
+
+
+def quantize(x2, q2, sbuf, scale_max: float, gelu: bool) -> None:
+    m, k = x2.shape
+    kb = k // 128
+    if m == 0:
+        return
+
+    def launch(c):
+        grid = (triton.cdiv(sbuf.shape[1], c["BLOCK_M"]), triton.cdiv(kb, c["BLOCK_KB"]))
+        _quantize_kernel[grid](x2, q2, sbuf, m, sbuf.shape[1], kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
+                               scale_max, GELU=gelu, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
+                               BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
+
+    key = ("plain", k, str(x2.dtype), gelu)
+    cfg = tuning.choose("quantize", key, _chunk_cfg(kb), lambda: _chunk_candidates(kb),
+                        lambda c: (lambda: launch(c)), device=x2.device)
+    launch(cfg)
+
+
+def _row_kernel_launch(name, key, kernel, m, m_pad, kb, args, kwargs, device):
+    kb_pad = triton.next_power_of_2(kb)
+
+    def launch(c):
+        kernel[(triton.cdiv(m_pad, c["BLOCK_M"]),)](*args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
+                                                     BLOCK_KB=kb_pad, num_warps=c["num_warps"], **kwargs)
+
+    cfg = tuning.choose("quantize", (name,) + key, _row_cfg(kb_pad), lambda: _row_candidates(kb_pad),
+                        lambda c: (lambda: launch(c)), device=device)
+    launch(cfg)
+
+
+def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float) -> None:
+    m, k = x2.shape
+    if m == 0:
+        return
+    (sc, sci, sco, scs), (sh, shi, sho, shs) = sc_map, sh_map
+    args = (x2, sc, sh, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), q2.stride(0), sbuf.stride(0),
+            sci, sco, scs, shi, sho, shs, eps, scale_max)
+    _row_kernel_launch("adanorm", (k, str(x2.dtype)), _adanorm_kernel, m, sbuf.shape[1], k // 128, args, {},
+                       x2.device)
+
+
+def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float) -> None:
+    m, k = x2.shape
+    if m == 0:
+        return
+    g, gi, go, gs = g_map
+    args = (x2, y2, g, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), y2.stride(0), q2.stride(0),
+            sbuf.stride(0), gi, go, gs, eps, scale_max)
+    # The kernel writes x in place, so it is never autotuned on live data: heuristic or cached config only.
+    kb_pad = triton.next_power_of_2(k // 128)
+    cfg = tuning.lookup("quantize", ("rms_fma", k, str(x2.dtype)), x2.device) or _row_cfg(kb_pad)
+    _rms_fma_kernel[(triton.cdiv(sbuf.shape[1], cfg["BLOCK_M"]),)](
+        *args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
+
+
+def gated_attention(x2, l2, out2, sbuf, nh: int, scale_max: float, quantize_out: bool) -> None:
+    m, k = x2.shape
+    kb = k // 128
+    if m == 0:
+        return
+    m_pad = sbuf.shape[1] if quantize_out else m
+
+    def launch(c):
+        grid = (triton.cdiv(m_pad, c["BLOCK_M"]), triton.cdiv(kb, c["BLOCK_KB"]))
+        _gated_kernel[grid](x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh, k // nh,
+                            x2.stride(0), l2.stride(0), out2.stride(0), sbuf.stride(0) if sbuf is not None else 0,
+                            scale_max, QUANTIZE=quantize_out, AMAX_FLOOR=ref.AMAX_FLOOR,
+                            BLOCK_M=c["BLOCK_M"], BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
+
+    key = ("gated", k, nh, str(x2.dtype), quantize_out)
+    cfg = tuning.choose("quantize", key, _chunk_cfg(kb), lambda: _chunk_candidates(kb),
+                        lambda c: (lambda: launch(c)), device=x2.device)
+    launch(cfg)
+
+
+def quantize_weights(w, q, s, scale_max: float) -> None:
+    n, k = w.shape
+    if n == 0 or k == 0:
+        return
+    _quantize_weights_kernel[(n // 128, k // 128)](w, q, s, w.stride(0), q.stride(0), k // 128, scale_max,
+                                                   AMAX_FLOOR=ref.AMAX_FLOOR, num_warps=8)
+
+
+def dequantize(q2, scales, out2, rows_per_scale: int) -> None:
+    m, k = q2.shape
+    if m == 0:
+        return
+    block_m, block_k = 8, 512
+    grid = (triton.cdiv(m, block_m), triton.cdiv(k, block_k))
+    _dequantize_kernel[grid](q2, scales, out2, m, k, q2.stride(0), out2.stride(0), scales.stride(0),
+                             scales.stride(1), ROWS_PER_SCALE=rows_per_scale, BLOCK_M=block_m, BLOCK_K=block_k,
+                             num_warps=8)

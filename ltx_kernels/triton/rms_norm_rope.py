@@ -1,0 +1,177 @@
+"""Fused RMSNorm + RoPE, interleaved and split-half, one pass over x.
+
+Each program normalises BLOCK_R rows (tokens) held whole in registers: the
+row sum of squares, the weights, the rotation and the store happen before
+anything leaves the chip, so x, cos, sin and out cross HBM once each. Math is
+fp32 with one rounding at the store (bf16/fp16/fp32, or float8_e4m3fn that the
+conversion saturates to +-448 on sm_90).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import tuning
+
+
+@triton.jit
+def _store_row(out_ptr, offs, o, mask, OUT_FP8: tl.constexpr):
+    if OUT_FP8:
+        tl.store(out_ptr + offs, o.to(tl.float8e4nv), mask=mask)
+    else:
+        tl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _interleaved_kernel(
+    x_ptr, cos_ptr, sin_ptr, w_ptr, out_ptr,
+    R, D, stride_x, stride_o,
+    c_inner, c_outer_stride, c_inner_stride,
+    s_inner, s_outer_stride, s_inner_stride,
+    eps,
+    HAS_W: tl.constexpr, OUT_FP8: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    rmask = rows < R
+    cmask = cols < D
+    mask = rmask[:, None] & cmask[None, :]
+
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+    y = x * inv[:, None]
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+
+    c_row = (rows // c_inner) * c_outer_stride + (rows % c_inner) * c_inner_stride
+    s_row = (rows // s_inner) * s_outer_stride + (rows % s_inner) * s_inner_stride
+    c = tl.load(cos_ptr + c_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + s_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    # rot[2k] = -y[2k+1], rot[2k+1] = y[2k]
+    y_even, y_odd = tl.split(tl.reshape(y, (BLOCK_R, BLOCK_D // 2, 2)))
+    rot = tl.reshape(tl.join(-y_odd, y_even), (BLOCK_R, BLOCK_D))
+    o = y * c + rot * s
+    _store_row(out_ptr, rows[:, None] * stride_o + cols[None, :], o, mask, OUT_FP8)
+
+
+@triton.jit
+def _split_kernel(
+    x_ptr, cos_ptr, sin_ptr, w_ptr, out_ptr,
+    R, T, H, HALF, stride_x, stride_o,
+    c_sb, c_sh, c_st, c_sj,
+    s_sb, s_sh, s_st, s_sj,
+    eps,
+    HAS_W: tl.constexpr, OUT_FP8: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_J: tl.constexpr,
+):
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    heads = tl.arange(0, BLOCK_H)
+    js = tl.arange(0, BLOCK_J)
+    bidx = rows // T
+    tidx = rows % T
+    r3 = rows[:, None, None]
+    h3 = heads[None, :, None]
+    j3 = js[None, None, :]
+    mask = (r3 < R) & (h3 < H) & (j3 < HALF)
+
+    col1 = h3 * (2 * HALF) + j3  # first half of each head; the second is col1 + HALF
+    x1 = tl.load(x_ptr + r3 * stride_x + col1, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + r3 * stride_x + col1 + HALF, mask=mask, other=0.0).to(tl.float32)
+    ss = tl.sum(tl.sum(x1 * x1 + x2 * x2, axis=2), axis=1)
+    inv = tl.math.rsqrt(ss / (H * 2 * HALF) + eps)
+    y1 = x1 * inv[:, None, None]
+    y2 = x2 * inv[:, None, None]
+    if HAS_W:
+        wmask = (h3 < H) & (j3 < HALF)
+        y1 = y1 * tl.load(w_ptr + col1, mask=wmask, other=0.0).to(tl.float32)
+        y2 = y2 * tl.load(w_ptr + col1 + HALF, mask=wmask, other=0.0).to(tl.float32)
+
+    b3 = bidx[:, None, None]
+    t3 = tidx[:, None, None]
+    c = tl.load(cos_ptr + b3 * c_sb + h3 * c_sh + t3 * c_st + j3 * c_sj, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + b3 * s_sb + h3 * s_sh + t3 * s_st + j3 * s_sj, mask=mask, other=0.0).to(tl.float32)
+    o1 = y1 * c - y2 * s
+    o2 = y2 * c + y1 * s
+    _store_row(out_ptr, r3 * stride_o + col1, o1, mask, OUT_FP8)
+    _store_row(out_ptr, r3 * stride_o + col1 + HALF, o2, mask, OUT_FP8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side: config choice and launch
+
+def _heuristic(row_elems: int) -> dict:
+    """About 4K elements per program keeps enough bytes in flight without spilling."""
+    block_r = max(1, min(16, 4096 // row_elems))
+    elems = block_r * row_elems
+    num_warps = 4 if elems <= 2048 else 8 if elems <= 8192 else 16
+    return {"BLOCK_R": block_r, "num_warps": num_warps}
+
+
+def _candidates(row_elems: int) -> list[dict]:
+    out = []
+    for block_r in (1, 2, 4, 8, 16):
+        if block_r * row_elems > 32768:
+            continue
+        for num_warps in (2, 4, 8, 16):
+            out.append({"BLOCK_R": block_r, "num_warps": num_warps})
+    return out
+
+
+def _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
+    R, D = x2.shape
+    block_d = triton.next_power_of_2(D)
+    (c, ci, cso, csi), (s, si, sso, ssi) = cos_map, sin_map
+    grid = (triton.cdiv(R, cfg["BLOCK_R"]),)
+    _interleaved_kernel[grid](
+        x2, c, s, w if w is not None else x2, out2,
+        R, D, x2.stride(0), out2.stride(0),
+        ci, cso, csi, si, sso, ssi, eps,
+        HAS_W=w is not None, OUT_FP8=out_fp8, BLOCK_R=cfg["BLOCK_R"], BLOCK_D=block_d,
+        num_warps=cfg["num_warps"],
+    )
+
+
+def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool) -> None:
+    """x2/out2 [R, D] with unit inner stride; cos_map/sin_map: (base, inner, outer_stride, inner_stride)."""
+    if x2.shape[0] == 0:
+        return
+    row = triton.next_power_of_2(x2.shape[1])
+    key = ("interleaved", x2.shape[1], str(x2.dtype), "fp8" if out_fp8 else "same")
+    cfg = tuning.choose(
+        "rms_norm_rope", key, _heuristic(row), lambda: _candidates(row),
+        lambda c: (lambda: _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, c)),
+        device=x2.device,
+    )
+    _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
+
+
+def _launch_split(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
+    R, h = x2.shape
+    half = h // H // 2
+    grid = (triton.cdiv(R, cfg["BLOCK_R"]),)
+    _split_kernel[grid](
+        x2, cos, sin, w if w is not None else x2, out2,
+        R, T, H, half, x2.stride(0), out2.stride(0),
+        *c_strides, *s_strides, eps,
+        HAS_W=w is not None, OUT_FP8=out_fp8, BLOCK_R=cfg["BLOCK_R"],
+        BLOCK_H=triton.next_power_of_2(H), BLOCK_J=triton.next_power_of_2(half),
+        num_warps=cfg["num_warps"],
+    )
+
+
+def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: float, out_fp8: bool) -> None:
+    """x2/out2 [B*T, H*Dh]; cos/sin read at b*sb + h*sh + t*st + j*sj (sb = 0 broadcasts)."""
+    if x2.shape[0] == 0:
+        return
+    half = x2.shape[1] // H // 2
+    row = triton.next_power_of_2(H) * triton.next_power_of_2(half) * 2
+    key = ("split", H, 2 * half, str(x2.dtype), "fp8" if out_fp8 else "same")
+    args = (x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8)
+    cfg = tuning.choose(
+        "rms_norm_rope", key, _heuristic(row), lambda: _candidates(row),
+        lambda c: (lambda: _launch_split(*args, c)), device=x2.device,
+    )
+    _launch_split(*args, cfg)

@@ -1,0 +1,132 @@
+"""Per-GPU kernel configs: a JSON cache shared by every Triton kernel of the package.
+
+A config is looked up by (device name, kernel, key), where the key is the
+shape summary the kernel chooses (for the GEMM: N, K and an M bucket). Order:
+the user cache (``$LTX_KERNELS_CACHE_DIR``, default ``~/.cache/ltx-kernels``),
+then the configs shipped in ``ltx_kernels/configs/``, then the kernel's
+heuristic. Nothing is tuned on the hot path unless ``LTX_KERNELS_AUTOTUNE=1``;
+``python -m ltx_kernels.warmup`` tunes ahead of time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from ._dispatch import log
+
+_SHIPPED = Path(__file__).with_name("configs")
+_lock = threading.Lock()
+_memory: dict[str, dict] = {}
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("LTX_KERNELS_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "ltx-kernels"
+
+
+def device_name(device=None) -> str:
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def _file_stem(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "unknown"
+
+
+def _load(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data.get("configs", {}) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _table(dev: str) -> dict:
+    with _lock:
+        if dev not in _memory:
+            table = dict(_load(_SHIPPED / f"{_file_stem(dev)}.json"))
+            table.update(_load(cache_dir() / f"{_file_stem(dev)}.json"))
+            _memory[dev] = table
+        return _memory[dev]
+
+
+def entry_key(kernel: str, key: Iterable) -> str:
+    return kernel + "|" + ",".join(str(k) for k in key)
+
+
+def lookup(kernel: str, key, device=None) -> dict | None:
+    hit = _table(device_name(device)).get(entry_key(kernel, key))
+    return dict(hit["config"]) if hit else None
+
+
+def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | None = None) -> Path:
+    dev = device_name(device)
+    record = {"config": config, "ms": ms, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if extra:
+        record.update(extra)
+    path = cache_dir() / f"{_file_stem(dev)}.json"
+    with _lock:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        on_disk = _load(path)
+        on_disk[entry_key(kernel, key)] = record
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+        _memory.setdefault(dev, {})[entry_key(kernel, key)] = record
+    return path
+
+
+def autotune_enabled() -> bool:
+    return os.environ.get("LTX_KERNELS_AUTOTUNE", "0") == "1"
+
+
+def bench_ms(fn: Callable[[], None], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def tune(kernel: str, key, candidates: list[dict], run: Callable[[dict], Callable[[], None]],
+         device=None, verbose: bool = False) -> tuple[dict, float]:
+    """Time every candidate (``run(cfg)`` returns a no-arg launcher) and store the fastest."""
+    best, best_ms = None, float("inf")
+    for cfg in candidates:
+        try:
+            fn = run(cfg)
+            fn()
+            ms = bench_ms(fn)
+        except Exception as e:  # out of resources, etc.: skip the config
+            if verbose:
+                print(f"  {kernel} {key} {cfg}: failed ({type(e).__name__})")
+            continue
+        if verbose:
+            print(f"  {kernel} {key} {cfg}: {ms * 1e3:.1f} us")
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    if best is None:
+        raise RuntimeError(f"no config of {kernel} ran for key {key}")
+    store(kernel, key, best, best_ms, device)
+    return best, best_ms
+
+
+def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict]] | None = None,
+           run: Callable[[dict], Callable[[], None]] | None = None, device=None) -> dict:
+    """The config to launch with: cached/shipped, else tuned now (LTX_KERNELS_AUTOTUNE=1), else heuristic."""
+    hit = lookup(kernel, key, device)
+    if hit is not None:
+        return hit
+    if autotune_enabled() and candidates is not None and run is not None and not torch.compiler.is_compiling():
+        log.debug("tuning %s %s", kernel, key)
+        cfg, _ = tune(kernel, key, candidates(), run, device)
+        return cfg
+    return dict(heuristic)
