@@ -11,3 +11,22 @@ __all__ = [
     "rms_norm_rope",
     "rms_norm_split_rope",
 ]
+
+from .fp6 import FP6RangeError, fp6_check, fp6_pack, fp6_unpack  # noqa: E402
+from .gemm import fp8_gemm_nt  # noqa: E402
+from .quantize import (  # noqa: E402
+    FP6_SCALE_MAX,
+    FP8_SCALE_MAX,
+    dequantize_blockwise,
+    gated_attention,
+    quantize_adanorm,
+    quantize_blockwise,
+    quantize_rms_fma,
+    quantize_weights_blockwise,
+)
+
+__all__ += [
+    "FP6RangeError", "fp6_check", "fp6_pack", "fp6_unpack", "fp8_gemm_nt", "FP6_SCALE_MAX", "FP8_SCALE_MAX",
+    "dequantize_blockwise", "gated_attention", "quantize_adanorm", "quantize_blockwise", "quantize_rms_fma",
+    "quantize_weights_blockwise",
+]

@@ -115,12 +115,12 @@ def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
 
 
 def candidates(m: int, tma_ok: bool) -> list[dict]:
-    tiles = [(64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 4), (128, 64, 4)]
+    tiles = [(64, 128, 4), (128, 128, 8), (128, 256, 8), (64, 256, 4)]
     if m <= 64:
         tiles = [(64, 128, 4), (64, 64, 4), (64, 256, 4)]
     out = []
     for bm, bn, w in tiles:
-        for stages in (3, 4, 5):
+        for stages in (3, 4):
             for tma in ((False, True) if tma_ok else (False,)):
                 for pipe in (False, True):
                     out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w,

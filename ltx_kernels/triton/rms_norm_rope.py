@@ -112,10 +112,10 @@ def _heuristic(row_elems: int) -> dict:
 
 def _candidates(row_elems: int) -> list[dict]:
     out = []
-    for block_r in (1, 2, 4, 8, 16):
+    for block_r in (1, 2, 4, 8):
         if block_r * row_elems > 32768:
             continue
-        for num_warps in (2, 4, 8, 16):
+        for num_warps in (4, 8, 16):
             out.append({"BLOCK_R": block_r, "num_warps": num_warps})
     return out
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
+#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,warmup,main,bench (default: all)
+# Writes logs and JSON under OUTDIR; prints a short table last.
+set -uo pipefail
+OUTDIR=${1:-${OUT:-bench/out}}
+PHASES=${2:-build,tests,warmup,main,bench}
+mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export LTX_KERNELS_CACHE_DIR=${LTX_KERNELS_CACHE_DIR:-$OUTDIR/cache}
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+t0=$(date +%s)
+stamp() { echo "== $1 ($(( $(date +%s) - t0 ))s)"; }
+
+python3 - > "$OUTDIR/env.json" <<'PY'
+import json, platform, subprocess, time, torch, triton
+p = torch.cuda.get_device_properties(0)
+smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+print(json.dumps({"device": p.name, "sms": p.multi_processor_count, "torch": torch.__version__,
+                  "cuda": torch.version.cuda, "triton": triton.__version__, "python": platform.python_version(),
+                  "nvidia_smi": smi, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, indent=1))
+PY
+cat "$OUTDIR/env.json"
+
+if has build; then
+  stamp build
+  LTX_KERNELS_BUILD_CUDA=${LTX_KERNELS_BUILD_CUDA:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+    python3 setup.py build_ext --inplace > "$OUTDIR/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUTDIR/build.log"; }
+  tail -3 "$OUTDIR/build.log"
+fi
+if has tests; then
+  stamp tests
+  python3 -m pytest tests -q -x -n 8 -p no:cacheprovider > "$OUTDIR/tests.log" 2>&1; echo "tests rc=$?"
+  tail -5 "$OUTDIR/tests.log"
+fi
+if has warmup; then
+  stamp warmup
+  python3 -m ltx_kernels.warmup ${WARMUP_ARGS:---quick} > "$OUTDIR/warmup.log" 2>&1; echo "warmup rc=$?"
+  sed -n '/chosen configs/,$p' "$OUTDIR/warmup.log" | cut -c1-150
+fi
+if has main; then
+  stamp main
+  python3 -m ltx_kernels > "$OUTDIR/main.log" 2>&1; echo "main rc=$?"
+  sed -n '/self-check/,$p' "$OUTDIR/main.log"
+fi
+if has bench; then
+  stamp bench
+  python3 -m pytest bench -q -p no:cacheprovider --benchmark-json="$OUTDIR/bench.json" ${BENCH_ARGS:-} \
+    > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
+  tail -3 "$OUTDIR/bench.log"
+  python3 bench/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
+fi
+stamp done

@@ -1,0 +1,192 @@
+"""Tune every Triton kernel for the LTX-2 shapes ahead of time and persist the configs.
+
+    python -m ltx_kernels.warmup                 # LTX-2 GEMM shapes + the memory-bound kernels
+    python -m ltx_kernels.warmup --shapes 3000x4096x4096,1024x2048x2048
+    python -m ltx_kernels.warmup --check         # what is cached / shipped / missing, no tuning
+
+Configs go to $LTX_KERNELS_CACHE_DIR (default ~/.cache/ltx-kernels), keyed by device name.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+# (N, K) of every quantized linear in LTX-2 (video 4096/16384, audio 2048/8192, a2v/v2a cross 2048<->4096)
+LTX2_NK = [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048), (8192, 2048), (2048, 8192),
+           (2048, 4096), (4096, 2048)]
+M_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+QUICK_GEMM = [(m, n, k) for m in (1024, 4096, 16384) for n, k in
+              [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048)]]
+
+
+def gemm_shapes(quick: bool):
+    if quick:
+        return QUICK_GEMM
+    return [(m, n, k) for n, k in LTX2_NK for m in M_BUCKETS]
+
+
+def _gemm_jobs(shapes, dev):
+    from ltx_kernels import reference as ref
+    from ltx_kernels.triton import fp8_gemm as kg
+
+    for m, n, k in shapes:
+        key = (n, k, kg.m_bucket(m))
+
+        def make(m=m, n=n, k=k):
+            a, sa = ref.quantize_blockwise(torch.randn(m, k, device=dev))
+            b, sb = ref.quantize_weights_blockwise(torch.randn(n, k, device=dev))
+            bias = torch.randn(n, device=dev)
+            d = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            tma = kg._tma_ok_for(a, b, d)
+            return (kg.candidates(m, tma), lambda c: (lambda: kg._launch(a, sa, b, sb, bias, d, c)),
+                    2.0 * m * n * k)
+
+        yield "fp8_gemm_nt", key, f"{m}x{n}x{k}", make
+
+
+def _memory_jobs(dev):
+    """The memory-bound kernels at the LTX-2 sizes the benchmarks use."""
+    from ltx_kernels import _checks as chk
+    from ltx_kernels.triton import fp6 as kf
+    from ltx_kernels.triton import quantize as kq
+    from ltx_kernels.triton import rms_norm_rope as kr
+
+    t = 32768
+    for h, nh in ((4096, 32),):
+        for fp8 in (False, True):
+            def split(h=h, nh=nh, fp8=fp8):
+                x = torch.randn(1, t, h, device=dev, dtype=torch.bfloat16)
+                c = torch.randn(1, t, nh, h // nh // 2, device=dev, dtype=torch.bfloat16).swapaxes(1, 2)
+                out = torch.empty(1, t, h, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+                st = (0, c.stride(1), c.stride(2), c.stride(3))
+                w = torch.ones(h, device=dev, dtype=torch.bfloat16)
+                row = triton_next_pow2(nh) * triton_next_pow2(h // nh // 2) * 2
+                return (kr._candidates(row), lambda cfg: (lambda: kr._launch_split(
+                    x.view(-1, h), t, nh, c, c, st, st, w, out.view(-1, h), 1e-6, fp8, cfg)), 0.0)
+
+            yield "rms_norm_rope", ("split", nh, h // nh, "torch.bfloat16", "fp8" if fp8 else "same"), \
+                f"split h={h} fp8={fp8}", split
+
+            def inter(h=h, fp8=fp8):
+                x = torch.randn(t, h, device=dev, dtype=torch.bfloat16)
+                c = torch.randn(1, t, h, device=dev, dtype=torch.bfloat16)
+                out = torch.empty(t, h, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+                cmap = chk.two_level_rows(c, (t,))
+                w = torch.ones(h, device=dev, dtype=torch.bfloat16)
+                return (kr._candidates(triton_next_pow2(h)), lambda cfg: (lambda: kr._launch_interleaved(
+                    x, cmap, cmap, w, out, 1e-6, fp8, cfg)), 0.0)
+
+            yield "rms_norm_rope", ("interleaved", h, "torch.bfloat16", "fp8" if fp8 else "same"), \
+                f"interleaved h={h} fp8={fp8}", inter
+
+    for kind, kernel in (("pack", kf._pack_kernel), ("unpack", kf._unpack_kernel)):
+        def fp6(kernel=kernel, kind=kind):
+            e = 16384 * 8192
+            src = torch.randint(0, 256, (e if kind == "pack" else e // 4 * 3,), device=dev, dtype=torch.uint8)
+            dst = torch.empty(e // 4 * 3 if kind == "pack" else e, device=dev, dtype=torch.uint8)
+            return (kf._candidates(), lambda cfg: (lambda: kf._launch(kernel, src.view(torch.int32),
+                                                                       dst.view(torch.int32), e // 16, cfg)), 0.0)
+
+        yield "fp6", (kind,), f"fp6 {kind}", fp6
+
+    for k in (4096,):
+        def quant(k=k):
+            x = torch.randn(t, k, device=dev, dtype=torch.bfloat16)
+            q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
+            s = kq.scale_buffer(t, k // 128, dev)
+
+            def run(cfg):
+                grid = (triton_cdiv(s.shape[1], cfg["BLOCK_M"]), triton_cdiv(k // 128, cfg["BLOCK_KB"]))
+                return lambda: kq._quantize_kernel[grid](
+                    x, q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0), 448.0, GELU=False,
+                    AMAX_FLOOR=2.0 ** -96, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=cfg["BLOCK_KB"],
+                    num_warps=cfg["num_warps"])
+            return kq._chunk_candidates(k // 128), run, 0.0
+
+        yield "quantize", ("plain", k, "torch.bfloat16", False), f"quantize k={k}", quant
+
+        def ada(k=k):
+            x = torch.randn(t, k, device=dev, dtype=torch.bfloat16)
+            m = torch.randn(1, 1, k, device=dev, dtype=torch.bfloat16)
+            q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
+            s = kq.scale_buffer(t, k // 128, dev)
+            mp = chk.two_level_rows(m, (1, t))
+            kb_pad = triton_next_pow2(k // 128)
+
+            def run(cfg):
+                return lambda: kq._adanorm_kernel[(triton_cdiv(s.shape[1], cfg["BLOCK_M"]),)](
+                    x, mp[0], mp[0], q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0),
+                    mp[1], mp[2], mp[3], mp[1], mp[2], mp[3], 1e-6, 448.0, AMAX_FLOOR=2.0 ** -96,
+                    BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
+            return kq._row_candidates(kb_pad), run, 0.0
+
+        yield "quantize", ("adanorm", k, "torch.bfloat16"), f"adanorm k={k}", ada
+
+
+def triton_next_pow2(n):
+    import triton
+
+    return triton.next_power_of_2(n)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ltx_kernels.warmup", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", help="comma-separated MxNxK GEMM shapes instead of the LTX-2 set")
+    ap.add_argument("--quick", action="store_true", help="only the GEMM shapes of the H200 anchors")
+    ap.add_argument("--gemm-only", action="store_true")
+    ap.add_argument("--check", action="store_true", help="report cached/shipped/missing configs, tune nothing")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every candidate's time")
+    args = ap.parse_args(argv)
+
+    from ltx_kernels import tuning
+    from ltx_kernels.triton import prepare
+
+    if not torch.cuda.is_available():
+        print("warmup needs a CUDA device (configs are tuned per GPU)", file=sys.stderr)
+        return 2
+    prepare()
+    dev = torch.device("cuda")
+    shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes
+              else gemm_shapes(args.quick))
+    jobs = list(_gemm_jobs(shapes, dev))
+    if not args.gemm_only and not args.shapes:
+        jobs += list(_memory_jobs(dev))
+    print(f"device: {tuning.device_name(dev)}; cache: {tuning.cache_dir()}; {len(jobs)} kernel/shape pairs")
+    rows, missing = [], 0
+    seen = set()
+    for i, (kernel, key, label, make) in enumerate(jobs):
+        if (kernel, key) in seen:
+            continue
+        seen.add((kernel, key))
+        hit = tuning.lookup(kernel, key, dev)
+        if args.check:
+            missing += hit is None
+            print(f"  {kernel:14s} {label:28s} {'cached/shipped' if hit else 'MISSING'}")
+            continue
+        t0 = time.time()
+        cands, run, flops = make()
+        cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose)
+        rate = f"{flops / ms / 1e9:7.1f} TFLOP/s" if flops else ""
+        rows.append((kernel, label, cfg, ms, rate))
+        print(f"[{i + 1}/{len(jobs)}] {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  ({time.time() - t0:.0f}s)",
+              flush=True)
+        torch.cuda.empty_cache()
+    if args.check:
+        print(f"{missing} missing")
+        return 1 if missing else 0
+    print("\nchosen configs:")
+    for kernel, label, cfg, ms, rate in rows:
+        print(f"  {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  {cfg}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

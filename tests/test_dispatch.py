@@ -1,0 +1,86 @@
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ltx_kernels as lk
+from ltx_kernels import _dispatch, norm_rope
+
+
+def _args():
+    x = torch.randn(1, 2, 128, dtype=torch.bfloat16)
+    c = torch.randn(1, 2, 2, 32, dtype=torch.bfloat16).swapaxes(1, 2)
+    return x, c, c
+
+
+def test_each_backend_says_why_not():
+    x, c, s = _args()
+    reasons = norm_rope.split_op.why_not(x, c, s, None, False, 1e-6)
+    assert reasons["torch"] == []
+    assert reasons["cuda"] == ["not implemented for this op"]
+
+
+def test_unsupported_backend_lists_reasons():
+    x, c, s = _args()
+    with pytest.raises(lk.BackendUnavailable, match="'cuda'.*not implemented"):
+        lk.rms_norm_split_rope(x, c, s, backend="cuda")
+
+
+def test_cpu_triton_needs_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, c, s = _args()
+    assert "CPU tensors need TRITON_INTERPRET=1" in norm_rope.split_op.why_not(x, c, s, None, False, 1e-6)["triton"]
+    with pytest.raises(lk.BackendUnavailable, match="TRITON_INTERPRET"):
+        lk.rms_norm_split_rope(x, c, s, backend="triton")
+    # auto falls back to torch
+    assert lk.rms_norm_split_rope(x, c, s).dtype == torch.bfloat16
+
+
+def test_env_default_backend(monkeypatch, caplog):
+    monkeypatch.setenv("LTX_KERNELS_BACKEND", "torch")
+    x, c, s = _args()
+    _dispatch.log.setLevel(logging.DEBUG)
+    with caplog.at_level(logging.DEBUG, logger="ltx_kernels"):
+        norm_rope.split_op.select("auto", x, c, s, None, False, 1e-6)
+    assert "rms_norm_split_rope: torch (requested)" in caplog.text
+    monkeypatch.setenv("LTX_KERNELS_BACKEND", "nope")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        lk.rms_norm_split_rope(x, c, s)
+
+
+def test_auto_logs_what_it_skipped(monkeypatch, caplog):
+    monkeypatch.delenv("LTX_KERNELS_BACKEND", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, c, s = _args()
+    _dispatch.log.setLevel(logging.DEBUG)
+    with caplog.at_level(logging.DEBUG, logger="ltx_kernels"):
+        norm_rope.split_op.select("auto", x, c, s, None, False, 1e-6)
+    assert "rms_norm_split_rope: torch (skipped" in caplog.text and "TRITON_INTERPRET" in caplog.text
+
+
+def test_main_job_lists_every_op():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-m", "ltx_kernels", "--no-bench"], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for op in ("rms_norm_rope", "rms_norm_split_rope", "fp6_pack", "fp6_unpack", "quantize_blockwise",
+               "quantize_adanorm", "fp8_gemm_nt"):
+        assert op in out.stdout
+    assert "all checks passed" in out.stdout
+
+
+def test_config_cache_round_trip(tmp_path, monkeypatch):
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    tuning._memory.clear()
+    assert tuning.lookup("k", (1, 2)) is None
+    assert tuning.choose("k", (1, 2), {"BLOCK": 4}) == {"BLOCK": 4}
+    tuning.store("k", (1, 2), {"BLOCK": 8}, 0.5)
+    tuning._memory.clear()
+    assert tuning.lookup("k", (1, 2)) == {"BLOCK": 8}
+    assert list(tmp_path.glob("*.json"))
+    tuning._memory.clear()

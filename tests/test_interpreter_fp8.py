@@ -1,0 +1,55 @@
+"""The interpreter's e4m3 / bf16 casts are made to match sm_90 hardware (foundation issue)."""
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter only")
+
+
+def _cast_kernel():
+    from ltx_kernels.triton import prepare
+
+    prepare()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cast(x_ptr, o8_ptr, o16_ptr, back_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        x = tl.load(x_ptr + offs)
+        q = x.to(tl.float8e4nv)
+        tl.store(o8_ptr + offs, q)
+        tl.store(o16_ptr + offs, x.to(tl.bfloat16))
+        tl.store(back_ptr + offs, q.to(tl.float32))
+
+    return cast
+
+
+def test_fp32_to_e4m3_matches_hardware_rounding():
+    vals = torch.tensor([1.97, -125.0, 592.0, -592.0, 1e6, float("nan"), 1e-3, 0.0,
+                         -0.0, 2.0 ** -9, 3 * 2.0 ** -10, 1.0625, 1.1875, 464.0, 447.9, 2.0 ** -11])
+    n = 16
+    o8 = torch.empty(n, dtype=torch.float8_e4m3fn)
+    o16 = torch.empty(n, dtype=torch.bfloat16)
+    back = torch.empty(n)
+    _cast_kernel()[(1,)](vals, o8, o16, back, N=n)
+    want = vals.clamp(-448, 448).to(torch.float8_e4m3fn)  # RNE + saturation, NaN kept
+    assert torch.equal(o8.view(torch.uint8), want.view(torch.uint8)), (o8.float(), want.float())
+    # the values the foundation issue names
+    assert o8[0].float() == 2.0 and o8[1].float() == -128.0 and o8[2].float() == 448.0 and o8[3].float() == -448.0
+    assert torch.isnan(o8[5].float())
+    assert o8[11].float() == 1.0 and o8[12].float() == 1.25  # ties to even
+    assert torch.equal(back[~torch.isnan(vals)], want.float()[~torch.isnan(vals)]) and torch.isnan(back[5])
+    assert torch.equal(o16.view(torch.int16), vals.to(torch.bfloat16).view(torch.int16))  # RNE, not truncation
+
+
+def test_random_values_cast_like_torch_saturated():
+    n = 1024
+    vals = torch.randn(n) * torch.logspace(-4, 3, n)
+    o8 = torch.empty(n, dtype=torch.float8_e4m3fn)
+    o16 = torch.empty(n, dtype=torch.bfloat16)
+    back = torch.empty(n)
+    _cast_kernel()[(1,)](vals, o8, o16, back, N=n)
+    assert torch.equal(o8.view(torch.uint8), vals.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
+    assert torch.equal(o16.view(torch.int16), vals.to(torch.bfloat16).view(torch.int16))

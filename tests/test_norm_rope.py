@@ -1,0 +1,169 @@
+import pytest
+import torch
+
+import ltx_kernels as lk
+from ltx_kernels import reference as ref
+
+from helpers import assert_fp8_close, assert_rounded_close
+
+BF16 = torch.bfloat16
+
+
+def _split_freqs(b, t, nh, dh, device, dtype=BF16):
+    """ltx-core's layout: [B, T, H, Dh/2] swapped to a [B, H, T, Dh/2] view."""
+    c = torch.randn(b, t, nh, dh // 2, device=device).to(dtype).swapaxes(1, 2)
+    s = torch.randn(b, t, nh, dh // 2, device=device).to(dtype).swapaxes(1, 2)
+    return c, s
+
+
+def _check(out, x, fn32, out_fp8):
+    want = fn32()
+    if out_fp8:
+        assert out.dtype == torch.float8_e4m3fn
+        assert_fp8_close(out, want)
+    else:
+        assert out.dtype == x.dtype
+        assert_rounded_close(out, want, ulps=1.0)
+
+
+@pytest.mark.parametrize("d", [64, 96, 2048, 4096])
+@pytest.mark.parametrize("out_fp8", [False, True])
+@pytest.mark.parametrize("weights", [False, True])
+@pytest.mark.parametrize("b", [1, 2])
+def test_interleaved_matches_reference(device, d, out_fp8, weights, b):
+    t = 3
+    x = torch.randn(b, t, d, device=device, dtype=BF16)
+    c = torch.randn(1, t, d, device=device, dtype=BF16)  # broadcast over batch
+    s = torch.randn(1, t, d, device=device, dtype=BF16)
+    w = torch.randn(d, device=device, dtype=BF16) if weights else None
+    out = lk.rms_norm_rope(x, c, s, w, out_fp8, backend="triton")
+    _check(out, x, lambda: ref.rms_norm_rope(x.float(), c, s, w, False), out_fp8)
+
+
+@pytest.mark.parametrize("nh,dh", [(4, 64), (3, 64), (32, 64), (5, 128), (2, 96)])
+@pytest.mark.parametrize("out_fp8", [False, True])
+@pytest.mark.parametrize("weights", [False, True])
+@pytest.mark.parametrize("b,bf", [(1, 1), (2, 1), (2, 2)])
+def test_split_matches_reference(device, nh, dh, out_fp8, weights, b, bf):
+    t = 5
+    x = torch.randn(b, t, nh * dh, device=device, dtype=BF16)
+    c, s = _split_freqs(bf, t, nh, dh, device)
+    w = torch.randn(nh * dh, device=device, dtype=BF16) if weights else None
+    out = lk.rms_norm_split_rope(x, c, s, w, out_fp8, backend="triton")
+    _check(out, x, lambda: ref.rms_norm_split_rope(x.float(), c, s, w, False), out_fp8)
+
+
+def test_split_contiguous_freqs_and_row_strided_x(device):
+    b, t, nh, dh = 2, 4, 4, 64
+    big = torch.randn(b, t, nh * dh + 64, device=device, dtype=BF16)
+    x = big[..., : nh * dh]  # row stride > row length
+    c = torch.randn(b, nh, t, dh // 2, device=device, dtype=BF16)
+    s = torch.randn(b, nh, t, dh // 2, device=device, dtype=BF16)
+    out = lk.rms_norm_split_rope(x, c, s, backend="triton")
+    assert_rounded_close(out, ref.rms_norm_split_rope(x.float(), c, s))
+
+
+def test_interleaved_strided_x_and_per_token_freqs(device):
+    d = 128
+    big = torch.randn(6, d * 2, device=device, dtype=BF16)
+    x = big[:, :d]
+    c = torch.randn(6, d, device=device, dtype=BF16)
+    s = torch.randn(6, d, device=device, dtype=BF16)
+    out = lk.rms_norm_rope(x, c, s, backend="triton")
+    assert_rounded_close(out, ref.rms_norm_rope(x.float(), c, s))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_other_input_dtypes(device, dtype):
+    x = torch.randn(2, 3, 256, device=device, dtype=dtype)
+    c, s = _split_freqs(1, 3, 2, 128, device, dtype)
+    out = lk.rms_norm_split_rope(x, c, s, backend="triton")
+    assert_rounded_close(out, ref.rms_norm_split_rope(x.float(), c, s))
+    ci = torch.randn(3, 256, device=device, dtype=dtype)
+    out = lk.rms_norm_rope(x, ci, ci, backend="triton")
+    assert_rounded_close(out, ref.rms_norm_rope(x.float(), ci, ci))
+
+
+def test_zero_rows_give_zeros_not_nan(device):
+    x = torch.randn(1, 4, 256, device=device, dtype=BF16)
+    x[0, 1] = 0
+    c, s = _split_freqs(1, 4, 4, 64, device)
+    for out_fp8 in (False, True):
+        out = lk.rms_norm_split_rope(x, c, s, None, out_fp8, backend="triton")
+        assert torch.isfinite(out.float()).all() and (out[0, 1].float() == 0).all()
+        ci = torch.randn(1, 4, 256, device=device, dtype=BF16)
+        out = lk.rms_norm_rope(x, ci, ci, None, out_fp8, backend="triton")
+        assert torch.isfinite(out.float()).all() and (out[0, 1].float() == 0).all()
+
+
+def test_fp8_output_saturates(device):
+    x = torch.randn(1, 2, 128, device=device, dtype=BF16)
+    w = torch.full((128,), 300.0, device=device, dtype=BF16)  # |y| far past 448
+    c = torch.ones(1, 2, 128, device=device, dtype=BF16)
+    s = torch.zeros(1, 2, 128, device=device, dtype=BF16)
+    out = lk.rms_norm_rope(x, c, s, w, True, backend="triton").float()
+    assert torch.isfinite(out).all() and out.abs().max() == 448
+    want = ref.rms_norm_rope(x.float(), c, s, w, False)
+    assert_fp8_close(lk.rms_norm_rope(x, c, s, w, True, backend="triton"), want)
+
+
+def test_many_tokens_grid(device):
+    t = 70000 if device.type == "cuda" else 300  # >65535 programs on the GPU
+    x = torch.randn(1, t, 64, device=device, dtype=BF16)
+    c, s = _split_freqs(1, t, 1, 64, device)
+    out = lk.rms_norm_split_rope(x, c, s, backend="triton")
+    assert_rounded_close(out, ref.rms_norm_split_rope(x.float(), c, s))
+
+
+def test_empty_tokens(device):
+    x = torch.randn(1, 0, 256, device=device, dtype=BF16)
+    c, s = _split_freqs(1, 0, 2, 128, device)
+    assert lk.rms_norm_split_rope(x, c, s, backend="triton").shape == x.shape
+
+
+def test_torch_backend_matches_reference(device):
+    x = torch.randn(2, 3, 256, device=device, dtype=BF16)
+    c, s = _split_freqs(1, 3, 2, 128, device)
+    assert torch.equal(lk.rms_norm_split_rope(x, c, s, backend="torch"), ref.rms_norm_split_rope(x, c, s))
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+def test_split_bad_inputs(device):
+    x = torch.randn(1, 4, 256, device=device, dtype=BF16)
+    c, s = _split_freqs(1, 4, 4, 64, device)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        lk.rms_norm_split_rope(x.to(torch.int32), c, s)
+    with pytest.raises(ValueError, match="must divide"):
+        lk.rms_norm_split_rope(torch.randn(1, 4, 250, device=device, dtype=BF16), c, s)
+    with pytest.raises(ValueError, match="must be even"):
+        c3, s3 = torch.randn(1, 3, 4, 1), torch.randn(1, 3, 4, 1)
+        lk.rms_norm_split_rope(torch.randn(1, 4, 3, dtype=BF16), c3, s3)
+    with pytest.raises(ValueError, match="cos_freqs/sin_freqs must be"):
+        lk.rms_norm_split_rope(x, c[:, :, :3], s[:, :, :3])
+    with pytest.raises(ValueError, match="must match"):
+        lk.rms_norm_split_rope(x, c, s[:, :, :3])
+    with pytest.raises(ValueError, match="3-D"):
+        lk.rms_norm_split_rope(x[0], c, s)
+    with pytest.raises(ValueError, match="weights must have shape"):
+        lk.rms_norm_split_rope(x, c, s, torch.ones(128, device=device, dtype=BF16))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        lk.rms_norm_split_rope(x, c, s, backend="cutlass")
+
+
+def test_interleaved_bad_inputs(device):
+    x = torch.randn(2, 4, 64, device=device, dtype=BF16)
+    c = torch.randn(4, 64, device=device, dtype=BF16)
+    with pytest.raises(ValueError, match="even"):
+        lk.rms_norm_rope(torch.randn(2, 63, device=device, dtype=BF16), c[:, :63], c[:, :63])
+    with pytest.raises(ValueError, match="does not broadcast"):
+        lk.rms_norm_rope(x, torch.randn(3, 64, device=device, dtype=BF16), c)
+    with pytest.raises(ValueError, match="last dim"):
+        lk.rms_norm_rope(x, c[:, :32], c)
+    with pytest.raises(TypeError, match="cos_freqs must be a torch.Tensor"):
+        lk.rms_norm_rope(x, None, c)
+    with pytest.raises(ValueError, match="eps"):
+        lk.rms_norm_rope(x, c, c, eps=-1)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="is on"):
+            lk.rms_norm_rope(x.cpu(), c.cuda(), c.cuda())

@@ -1,0 +1,160 @@
+import pytest
+import torch
+
+import ltx_kernels as lk
+from ltx_kernels import reference as ref
+
+from helpers import assert_codes_equal, assert_fp8_close, assert_rounded_close
+
+BF16 = torch.bfloat16
+
+
+def _check_layout(s, m, kb):
+    a4 = (m + 3) // 4 * 4
+    assert s.shape == (m, kb) and s.stride() == (1, a4) and s.dtype == torch.float32
+    pad = s.as_strided((kb, a4), (a4, 1))[:, m:]
+    assert torch.equal(pad, torch.zeros_like(pad)), "padding rows not initialised to 0"
+
+
+@pytest.mark.parametrize("shape", [(1, 128), (7, 256), (2, 5, 384), (130, 1024), (3, 3, 2048)])
+def test_quantize_codes_bit_exact(device, shape):
+    x = torch.randn(shape, device=device, dtype=BF16) * 5
+    q, s = lk.quantize_blockwise(x, backend="triton")
+    qr, sr = ref.quantize_blockwise(x)
+    assert_codes_equal(q, qr)
+    assert torch.equal(s, sr)
+    m = x.numel() // shape[-1]
+    _check_layout(s, m, shape[-1] // 128)
+
+
+def test_zero_blocks_saturation_subnormals(device):
+    x = torch.randn(6, 512, device=device)
+    x[1] = 0                                   # whole zero row
+    x[2, 128:256] = 0                          # one zero block
+    x[3, :128] = 1e-41                         # fp32 subnormals only
+    x[4, 0] = 1e30                             # huge outlier
+    x[5, :128] = torch.randn(128, device=device) * 1e-30
+    q, s = lk.quantize_blockwise(x, backend="triton")
+    assert torch.isfinite(q.float()).all() and torch.isfinite(s).all()
+    assert (q[1].float() == 0).all() and (q[2, 128:256].float() == 0).all()
+    assert_codes_equal(q, ref.quantize_blockwise(x)[0])
+    assert q.float().abs().max() == 448
+    # round trip is within one e4m3 step for the representable blocks
+    deq = lk.dequantize_blockwise(q, s, out_dtype=torch.float32, backend="triton")
+    assert_fp8_close((deq / s.repeat_interleave(128, 1)).to(torch.float8_e4m3fn),
+                     x / s.repeat_interleave(128, 1))
+
+
+def test_scale_max_and_fp6_range(device):
+    x = torch.randn(4, 256, device=device)
+    q, s = lk.quantize_blockwise(x, scale_max=lk.FP6_SCALE_MAX, backend="triton")
+    assert_codes_equal(q, ref.quantize_blockwise(x, lk.FP6_SCALE_MAX)[0])
+    lk.fp6_check(q)
+
+
+def test_gelu_variant(device):
+    x = torch.randn(3, 256, device=device, dtype=BF16) * 3
+    q, s = lk.quantize_blockwise(x, gelu=True, backend="triton")
+    g = ref.gelu_tanh(x.float())
+    qr, sr = ref.quantize_blockwise(x, gelu=True)
+    torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)
+    assert_fp8_close(q, g / sr.repeat_interleave(128, 1))
+
+
+@pytest.mark.parametrize("n,k", [(128, 128), (256, 384)])
+def test_weights_bit_exact_and_scale_is_amax_over_max(device, n, k):
+    w = torch.randn(n, k, device=device, dtype=BF16)
+    w[:128, :128] = 0
+    q, s = lk.quantize_weights_blockwise(w, backend="triton")
+    qr, sr = ref.quantize_weights_blockwise(w)
+    assert_codes_equal(q, qr)
+    assert torch.equal(s, sr) and s.shape == (n // 128, k // 128) and s.is_contiguous()
+    amax = w.float().abs().view(n // 128, 128, k // 128, 128).amax(dim=(1, 3))
+    assert torch.equal(s[amax > 0], (amax / 448.0)[amax > 0])
+    assert (q[:128, :128].float() == 0).all() and torch.isfinite(s).all()
+
+
+def test_dequantize_both_layouts_and_strided_scales(device):
+    x = torch.randn(9, 256, device=device)
+    q, s = lk.quantize_blockwise(x)
+    out = lk.dequantize_blockwise(q, s, backend="triton")
+    assert torch.equal(out, ref.dequantize_blockwise(q, s))
+    s_rowmajor = s.contiguous()  # any strides are honoured
+    assert torch.equal(lk.dequantize_blockwise(q, s_rowmajor, backend="triton"), out)
+    w = torch.randn(256, 384, device=device)
+    qw, sw = lk.quantize_weights_blockwise(w)
+    assert torch.equal(lk.dequantize_blockwise(qw, sw, backend="triton"), ref.dequantize_blockwise(qw, sw))
+
+
+@pytest.mark.parametrize("per_token", [False, True])
+@pytest.mark.parametrize("b,t", [(1, 5), (2, 3)])
+def test_adanorm(device, per_token, b, t):
+    h = 512
+    x = torch.randn(b, t, h, device=device, dtype=BF16) * 3
+    mod_shape = (b, t, h) if per_token else (b, 1, h)
+    scale = torch.randn(mod_shape, device=device, dtype=BF16) * 0.3
+    shift = torch.randn(mod_shape, device=device, dtype=BF16) * 0.3
+    x[0, 0] = 0  # zero row: finite
+    q, s = lk.quantize_adanorm(x, scale, shift, backend="triton")
+    u = ref.rms_norm(x.float(), 1e-6) * (1 + scale.float()) + shift.float()
+    qr, sr = ref.quantize_adanorm(x, scale, shift)
+    torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)
+    assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+    _check_layout(s, b * t, h // 128)
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_rms_fma(device, inplace):
+    b, t, h = 2, 3, 256
+    x = torch.randn(b, t, h, device=device, dtype=BF16)
+    y = torch.randn(b, t, h, device=device, dtype=BF16)
+    gate = torch.randn(b, 1, h, device=device, dtype=BF16)
+    x0 = x.clone()
+    q, s, r = lk.quantize_rms_fma(x, y, gate, inplace=inplace, backend="triton")
+    r_want = (x0.float() + y.float() * gate.float())
+    assert_rounded_close(r, r_want)
+    if inplace:
+        assert r.data_ptr() == x.data_ptr()
+    else:
+        assert torch.equal(x, x0)
+    u = ref.rms_norm(r.float(), 1e-6)
+    assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+
+
+@pytest.mark.parametrize("nh", [2, 3, 4])
+def test_gated_attention(device, nh):
+    h = 384
+    x = torch.randn(2, 3, h, device=device, dtype=BF16)
+    logits = torch.randn(2, 3, nh, device=device, dtype=BF16) * 3
+    q, s = lk.gated_attention(x, logits, backend="triton")
+    u = (x.float().view(2, 3, nh, -1) * 2 * torch.sigmoid(logits.float())[..., None]).view(2, 3, h)
+    assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+    out, none = lk.gated_attention(x, logits, quantize=False, backend="triton")
+    assert none is None and out.dtype == BF16
+    assert_rounded_close(out, u)
+
+
+def test_many_rows_and_empty(device):
+    x = torch.randn(0, 256, device=device)
+    q, s = lk.quantize_blockwise(x, backend="triton")
+    assert q.shape == (0, 256) and s.shape == (0, 2)
+
+
+def test_bad_inputs(device):
+    with pytest.raises(ValueError, match="multiple of 128"):
+        lk.quantize_blockwise(torch.randn(2, 100))
+    with pytest.raises(TypeError, match="dtype"):
+        lk.quantize_blockwise(torch.randn(2, 128).to(torch.float8_e4m3fn))
+    with pytest.raises(ValueError, match="scale_max"):
+        lk.quantize_blockwise(torch.randn(2, 128), scale_max=0)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        lk.quantize_weights_blockwise(torch.randn(100, 128))
+    with pytest.raises(ValueError, match="broadcast"):
+        lk.quantize_adanorm(torch.randn(2, 3, 128), torch.randn(3, 3, 128), torch.randn(2, 1, 128))
+    with pytest.raises(ValueError, match="y must have"):
+        lk.quantize_rms_fma(torch.randn(2, 3, 128), torch.randn(2, 2, 128), torch.randn(2, 1, 128))
+    with pytest.raises(ValueError, match="must divide"):
+        lk.gated_attention(torch.randn(2, 3, 128), torch.randn(2, 3, 3))
+    q, s = lk.quantize_blockwise(torch.randn(4, 256))
+    with pytest.raises(ValueError, match="scales must be"):
+        lk.dequantize_blockwise(q, s[:3])
