@@ -48,6 +48,20 @@ class Recorder:
                 self.info[f"anchor_{name}_tflops"] = flops / ams / 1e9
             self.info[f"speedup_vs_{name}"] = ams / ms
 
+        # The same call replayed from a CUDA graph: the kernels alone, without Python launch cost.
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            gms = gpu_ms(g.replay)
+            self.info["graph_ms"] = gms
+            if nbytes:
+                self.info["graph_gbps"] = nbytes / gms / 1e6
+            if flops:
+                self.info["graph_tflops"] = flops / gms / 1e9
+        except Exception as e:
+            self.info["graph_error"] = f"{type(e).__name__}: {e}"[:200]
+
         def synced():
             fn()
             torch.cuda.synchronize()

@@ -14,11 +14,15 @@ def main(path):
         parts = [f"{a} {e[f'anchor_{a}_{unit}']:.0f}" for a in anchors]
         label = e.get("op", b["name"]) + (f"[{e['backend']}]" if "backend" in e else "")
         extra = e.get("out", "")
-        rows.append(f"| {label} | {e.get('shape', '')} {extra} | {ours:.0f} {'TFLOP/s' if unit == 'tflops' else 'GB/s'} | "
-                    f"{'; '.join(parts)} |" + (f" err {e['rel_err']:.1e} |" if "rel_err" in e else ""))
+        graph = e.get("graph_" + unit)
+        unit_name = "TFLOP/s" if unit == "tflops" else "GB/s"
+        graph_txt = f"{graph:.0f}" if graph else "-"
+        err = f" err {e['rel_err']:.1e}" if "rel_err" in e else ""
+        rows.append(f"| {label} | {e.get('shape', '')} {extra} | {ours:.0f} {unit_name} | {graph_txt} | "
+                    f"{'; '.join(parts)}{err} |")
     print(f"device: {data['benchmarks'][0]['extra_info'].get('device', '?') if data['benchmarks'] else '?'}")
-    print("| op | shape | ours | anchors (same run) |")
-    print("|---|---|---|---|")
+    print("| op | shape | ours (eager call) | ours (graph replay) | anchors (same run, eager) |")
+    print("|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -5,7 +5,7 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, torch_reasons, triton_reasons
+from ._dispatch import Op, call, torch_reasons, triton_reasons
 
 pack_op = Op("fp6_pack")
 unpack_op = Op("fp6_unpack")
@@ -57,9 +57,11 @@ def _unpack_triton(p, n):
     return out
 
 
-@torch.library.custom_op("ltx_kernels::fp6_pack", mutates_args=())
-def _fp6_pack_op(x: torch.Tensor, backend: str) -> torch.Tensor:
+def _fp6_pack_op_impl(x: torch.Tensor, backend: str) -> torch.Tensor:
     return pack_op(backend, x)
+
+
+_fp6_pack_op = torch.library.custom_op("ltx_kernels::fp6_pack", _fp6_pack_op_impl, mutates_args=())
 
 
 @_fp6_pack_op.register_fake
@@ -67,9 +69,11 @@ def _(x, backend):
     return x.new_empty(*x.shape[:-1], x.shape[-1] // 4 * 3, dtype=torch.uint8)
 
 
-@torch.library.custom_op("ltx_kernels::fp6_unpack", mutates_args=())
-def _fp6_unpack_op(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
+def _fp6_unpack_op_impl(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
     return unpack_op(backend, p, n)
+
+
+_fp6_unpack_op = torch.library.custom_op("ltx_kernels::fp6_unpack", _fp6_unpack_op_impl, mutates_args=())
 
 
 @_fp6_unpack_op.register_fake
@@ -99,7 +103,7 @@ def fp6_pack(x: torch.Tensor, *, check: bool = False, backend: str = "auto") -> 
     chk.multiple_of("x.shape[-1]", x.shape[-1], 4)
     if check:
         fp6_check(x)
-    return torch.ops.ltx_kernels.fp6_pack(x, backend)
+    return call(_fp6_pack_op, _fp6_pack_op_impl, x, backend)
 
 
 def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tensor:
@@ -110,4 +114,4 @@ def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tenso
     chk.multiple_of("n", n, 4)
     if p.shape[-1] != n // 4 * 3:
         raise ValueError(f"p's last dim must be 3*n/4 = {n // 4 * 3} for n={n}, got {p.shape[-1]}")
-    return torch.ops.ltx_kernels.fp6_unpack(p, n, backend)
+    return call(_fp6_unpack_op, _fp6_unpack_op_impl, p, n, backend)

@@ -8,7 +8,7 @@ import torch
 from . import _checks as chk
 from . import _ext
 from . import reference as ref
-from ._dispatch import Op, torch_reasons, triton_reasons
+from ._dispatch import Op, call, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 gemm_op = Op("fp8_gemm_nt")
@@ -40,10 +40,12 @@ def _gemm_cuda(a, sa, b, sb, bias, d):
     mod.fp8_gemm_nt(a, sa, b, sb, bias, d)
 
 
-@torch.library.custom_op("ltx_kernels::fp8_gemm_nt_out", mutates_args=("out",))
-def _gemm_out_op(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
                  bias: Optional[torch.Tensor], out: torch.Tensor, backend: str) -> None:
     gemm_op(backend, a, a_scales, b, b_scales, bias, out)
+
+
+_gemm_out_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt_out", _gemm_out_op_impl, mutates_args=("out",))
 
 
 @_gemm_out_op.register_fake
@@ -51,12 +53,14 @@ def _(a, a_scales, b, b_scales, bias, out, backend):
     return None
 
 
-@torch.library.custom_op("ltx_kernels::fp8_gemm_nt", mutates_args=())
-def _gemm_new_op(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+def _gemm_new_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
                  bias: Optional[torch.Tensor], backend: str) -> torch.Tensor:
     d = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
     gemm_op(backend, a, a_scales, b, b_scales, bias, d)
     return d
+
+
+_gemm_new_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt", _gemm_new_op_impl, mutates_args=())
 
 
 @_gemm_new_op.register_fake
@@ -108,6 +112,6 @@ def fp8_gemm_nt(a, a_scales, b, b_scales, bias=None, *, out=None, backend="auto"
     """
     a, b, bias = validate(a, a_scales, b, b_scales, bias, out)
     if out is None:
-        return torch.ops.ltx_kernels.fp8_gemm_nt(a, a_scales, b, b_scales, bias, backend)
-    torch.ops.ltx_kernels.fp8_gemm_nt_out(a, a_scales, b, b_scales, bias, out, backend)
+        return call(_gemm_new_op, _gemm_new_op_impl, a, a_scales, b, b_scales, bias, backend)
+    call(_gemm_out_op, _gemm_out_op_impl, a, a_scales, b, b_scales, bias, out, backend)
     return out

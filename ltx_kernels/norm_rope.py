@@ -7,7 +7,7 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, torch_reasons, triton_reasons
+from ._dispatch import Op, call, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
@@ -87,10 +87,12 @@ def _interleaved_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return out
 
 
-@torch.library.custom_op("ltx_kernels::rms_norm_rope", mutates_args=())
-def _rms_norm_rope_op(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
+def _rms_norm_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
                       weights: Optional[torch.Tensor], out_fp8: bool, eps: float, backend: str) -> torch.Tensor:
     return interleaved_op(backend, x, cos_freqs, sin_freqs, weights, out_fp8, eps)
+
+
+_rms_norm_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_rope", _rms_norm_rope_op_impl, mutates_args=())
 
 
 @_rms_norm_rope_op.register_fake
@@ -106,7 +108,7 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
     eps = _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps)
-    return torch.ops.ltx_kernels.rms_norm_rope(x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
+    return call(_rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,11 +169,13 @@ def _split_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return out
 
 
-@torch.library.custom_op("ltx_kernels::rms_norm_split_rope", mutates_args=())
-def _rms_norm_split_rope_op(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
+def _rms_norm_split_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
                             weights: Optional[torch.Tensor], out_fp8: bool, eps: float,
                             backend: str) -> torch.Tensor:
     return split_op(backend, x, cos_freqs, sin_freqs, weights, out_fp8, eps)
+
+
+_rms_norm_split_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_split_rope", _rms_norm_split_rope_op_impl, mutates_args=())
 
 
 @_rms_norm_split_rope_op.register_fake
@@ -187,4 +191,4 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
     eps = _validate_split(x, cos_freqs, sin_freqs, weights, eps)
-    return torch.ops.ltx_kernels.rms_norm_split_rope(x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
+    return call(_rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)

@@ -11,7 +11,7 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, torch_reasons, triton_reasons
+from ._dispatch import Op, call, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -71,9 +71,11 @@ def _quantize_triton(x, scale_max, gelu):
     return q, sbuf
 
 
-@torch.library.custom_op("ltx_kernels::quantize_blockwise", mutates_args=())
-def _quantize_op(x: torch.Tensor, scale_max: float, gelu: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_op_impl(x: torch.Tensor, scale_max: float, gelu: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize_op(backend, x, scale_max, gelu)
+
+
+_quantize_op = torch.library.custom_op("ltx_kernels::quantize_blockwise", _quantize_op_impl, mutates_args=())
 
 
 def _fake_quantized(x):
@@ -103,7 +105,7 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     """
     k = _check_rows("x", x)
     scale_max = chk.positive_finite("scale_max", scale_max)
-    q, buf = torch.ops.ltx_kernels.quantize_blockwise(x, scale_max, bool(gelu), backend)
+    q, buf = call(_quantize_op, _quantize_op_impl, x, scale_max, bool(gelu), backend)
     return q, buffer_to_scales(buf, x.numel() // k)
 
 
@@ -126,9 +128,11 @@ def _weights_triton(w, scale_max):
     return q, s
 
 
-@torch.library.custom_op("ltx_kernels::quantize_weights_blockwise", mutates_args=())
-def _weights_op(w: torch.Tensor, scale_max: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _weights_op_impl(w: torch.Tensor, scale_max: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return weights_op(backend, w, scale_max)
+
+
+_weights_op = torch.library.custom_op("ltx_kernels::quantize_weights_blockwise", _weights_op_impl, mutates_args=())
 
 
 @_weights_op.register_fake
@@ -148,7 +152,7 @@ def quantize_weights_blockwise(w, *, scale_max=FP8_SCALE_MAX, backend="auto"):
     chk.multiple_of("w.shape[0] (N)", n, 128)
     chk.multiple_of("w.shape[1] (K)", k, 128)
     scale_max = chk.positive_finite("scale_max", scale_max)
-    return torch.ops.ltx_kernels.quantize_weights_blockwise(w, scale_max, backend)
+    return call(_weights_op, _weights_op_impl, w, scale_max, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,9 +174,11 @@ def _dequantize_triton(q, scales, out_dtype):
     return out
 
 
-@torch.library.custom_op("ltx_kernels::dequantize_blockwise", mutates_args=())
-def _dequantize_op(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype, backend: str) -> torch.Tensor:
+def _dequantize_op_impl(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype, backend: str) -> torch.Tensor:
     return dequantize_op(backend, q, scales, out_dtype)
+
+
+_dequantize_op = torch.library.custom_op("ltx_kernels::dequantize_blockwise", _dequantize_op_impl, mutates_args=())
 
 
 @_dequantize_op.register_fake
@@ -194,7 +200,7 @@ def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto")
     if scales.shape[1] != kb or scales.shape[0] not in (m, (m + 127) // 128):
         raise ValueError(f"scales must be [{m}, {kb}] (1x128 blocks) or [{(m + 127) // 128}, {kb}] "
                          f"(128x128 blocks) for q of shape {tuple(q.shape)}, got {tuple(scales.shape)}")
-    return torch.ops.ltx_kernels.dequantize_blockwise(q, scales, out_dtype, backend)
+    return call(_dequantize_op, _dequantize_op_impl, q, scales, out_dtype, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,10 +237,12 @@ def _adanorm_triton(x, scale, shift, eps, scale_max):
     return q, sbuf
 
 
-@torch.library.custom_op("ltx_kernels::quantize_adanorm", mutates_args=())
-def _adanorm_op(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float, scale_max: float,
+def _adanorm_op_impl(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float, scale_max: float,
                 backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return adanorm_op(backend, x, scale, shift, eps, scale_max)
+
+
+_adanorm_op = torch.library.custom_op("ltx_kernels::quantize_adanorm", _adanorm_op_impl, mutates_args=())
 
 
 @_adanorm_op.register_fake
@@ -255,7 +263,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
     if not 0 <= eps < float("inf"):
         raise ValueError(f"eps must be a finite number >= 0, got {eps}")
     scale_max = chk.positive_finite("scale_max", scale_max)
-    q, buf = torch.ops.ltx_kernels.quantize_adanorm(x, scale, shift, eps, scale_max, backend)
+    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
@@ -284,10 +292,12 @@ def _rms_fma_triton(x, y, gate, eps, scale_max):
     return q, sbuf
 
 
-@torch.library.custom_op("ltx_kernels::quantize_rms_fma_", mutates_args=("x",))
-def _rms_fma_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
+def _rms_fma_op_impl(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
                 backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return rms_fma_op(backend, x, y, gate, eps, scale_max)
+
+
+_rms_fma_op = torch.library.custom_op("ltx_kernels::quantize_rms_fma_", _rms_fma_op_impl, mutates_args=("x",))
 
 
 @_rms_fma_op.register_fake
@@ -313,7 +323,7 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
         raise ValueError(f"eps must be a finite number >= 0, got {eps}")
     scale_max = chk.positive_finite("scale_max", scale_max)
     r = x if inplace else x.clone()
-    q, buf = torch.ops.ltx_kernels.quantize_rms_fma_(r, y, gate, eps, scale_max, backend)
+    q, buf = call(_rms_fma_op, _rms_fma_op_impl, r, y, gate, eps, scale_max, backend)
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1]), r
 
 
@@ -339,10 +349,12 @@ def _gated_triton(x, logits, quantize, scale_max):
     return out, sbuf if quantize else _NO_SCALES(x)
 
 
-@torch.library.custom_op("ltx_kernels::gated_attention", mutates_args=())
-def _gated_op(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, scale_max: float,
+def _gated_op_impl(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, scale_max: float,
               backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return gated_op(backend, x, gate_logits, quantize, scale_max)
+
+
+_gated_op = torch.library.custom_op("ltx_kernels::gated_attention", _gated_op_impl, mutates_args=())
 
 
 @_gated_op.register_fake
@@ -367,7 +379,7 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
         raise ValueError(f"the head count H={nh} (gate_logits.shape[-1]) must divide x's last dim {kk}")
     chk.same_device(x=x, gate_logits=gate_logits)
     scale_max = chk.positive_finite("scale_max", scale_max)
-    out, buf = torch.ops.ltx_kernels.gated_attention(x, gate_logits, bool(quantize), scale_max, backend)
+    out, buf = call(_gated_op, _gated_op_impl, x, gate_logits, bool(quantize), scale_max, backend)
     if not quantize:
         return out, None
     return out, buffer_to_scales(buf, x.numel() // kk)

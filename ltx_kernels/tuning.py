@@ -9,6 +9,7 @@ heuristic. Nothing is tuned on the hot path unless ``LTX_KERNELS_AUTOTUNE=1``;
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -32,8 +33,16 @@ def cache_dir() -> Path:
 
 
 def device_name(device=None) -> str:
-    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
-        return torch.cuda.get_device_name(device)
+    if device is None:
+        return _device_name(None, None)
+    device = torch.device(device)
+    return _device_name(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(kind, index) -> str:
+    if torch.cuda.is_available() and kind in (None, "cuda"):
+        return torch.cuda.get_device_name(index)
     return "cpu"
 
 

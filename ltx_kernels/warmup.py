@@ -55,7 +55,7 @@ def _memory_jobs(dev):
     from ltx_kernels.triton import rms_norm_rope as kr
 
     t = 32768
-    for h, nh in ((4096, 32),):
+    for h, nh in ((4096, 32), (2048, 32)):
         for fp8 in (False, True):
             def split(h=h, nh=nh, fp8=fp8):
                 x = torch.randn(1, t, h, device=dev, dtype=torch.bfloat16)
@@ -72,7 +72,7 @@ def _memory_jobs(dev):
 
             def inter(h=h, fp8=fp8):
                 x = torch.randn(t, h, device=dev, dtype=torch.bfloat16)
-                c = torch.randn(1, t, h, device=dev, dtype=torch.bfloat16)
+                c = torch.randn(t, h, device=dev, dtype=torch.bfloat16)
                 out = torch.empty(t, h, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
                 cmap = chk.two_level_rows(c, (t,))
                 w = torch.ones(h, device=dev, dtype=torch.bfloat16)

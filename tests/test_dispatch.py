@@ -62,7 +62,9 @@ def test_auto_logs_what_it_skipped(monkeypatch, caplog):
 
 
 def test_main_job_lists_every_op():
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
     out = subprocess.run([sys.executable, "-m", "ltx_kernels", "--no-bench"], capture_output=True, text=True,
                          env=env, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

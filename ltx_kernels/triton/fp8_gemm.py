@@ -4,7 +4,7 @@ One ``tl.dot`` per 128-wide K block into a fresh fp32 tile, promoted into the
 fp32 accumulator with ``a_scale[m] * b_scale[n/128]`` (no fp16 accumulation, so
 448-scaled operands cannot overflow), then fp32 bias and one bf16 rounding.
 Variants, picked per shape by the config cache:
-  USE_TMA   operands (and D) through host-built tensor descriptors (Hopper TMA),
+  USE_TMA   operands (and D) through device-built tensor descriptors (Hopper TMA),
             out-of-range rows zero-filled / clipped by the copy engine;
   PIPELINE  issue block kb+1's MMA before promoting block kb, so the tensor cores
             are not idle while the CUDA cores scale.
@@ -17,10 +17,18 @@ import triton.language as tl
 
 from .. import tuning
 
-try:  # host-side TMA descriptors (triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover
-    TensorDescriptor = None
+from .._dispatch import interpreter_on
+
+_HAS_DEVICE_TMA = hasattr(tl, "make_tensor_descriptor")
+_allocator_ready = False
+
+
+def _ensure_allocator():
+    """Device-side descriptors live in a small global scratch buffer that Triton asks us for."""
+    global _allocator_ready
+    if not _allocator_ready and hasattr(triton, "set_allocator"):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        _allocator_ready = True
 
 
 @triton.jit
@@ -52,11 +60,20 @@ def _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, k0, stride_am, stride_bn, M, 
 
 @triton.jit
 def _fp8_gemm_nt_kernel(
-    a_src, b_src, d_src, sa_ptr, sb_ptr, bias_ptr,
+    a_ptr, b_ptr, d_ptr, sa_ptr, sb_ptr, bias_ptr,
     M, N, K, stride_am, stride_bn, stride_dm, sa_sm, sa_sk, sb_sn, sb_sk,
     HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PIPELINE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
 ):
+    if USE_TMA:  # device-side descriptors: no per-launch host encoding
+        a_src = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, 128])
+        b_src = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, 128])
+        d_src = tl.make_tensor_descriptor(d_ptr, shape=[M, N], strides=[stride_dm, 1],
+                                          block_shape=[BLOCK_M, BLOCK_N])
+    else:
+        a_src = a_ptr
+        b_src = b_ptr
+        d_src = d_ptr
     pid_m, pid_n = _tile_ids(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     m0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
@@ -129,11 +146,12 @@ def candidates(m: int, tma_ok: bool) -> list[dict]:
 
 
 def tma_supported(a: torch.Tensor) -> bool:
-    if TensorDescriptor is None:
+    if not _HAS_DEVICE_TMA:
         return False
-    if a.device.type != "cuda":
-        return True  # the interpreter emulates descriptors
-    return torch.cuda.get_device_capability(a.device) >= (9, 0)
+    if interpreter_on():
+        # the interpreter emulates descriptors (seen working in triton 3.9, failing in 3.6)
+        return tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 9)
+    return a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0)
 
 
 
@@ -141,15 +159,11 @@ def _launch(a, sa, b, sb, bias, d, cfg):
     m, k = a.shape
     n = b.shape[0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    if cfg["USE_TMA"]:
-        a_src = TensorDescriptor.from_tensor(a, [bm, 128])
-        b_src = TensorDescriptor.from_tensor(b, [bn, 128])
-        d_src = TensorDescriptor.from_tensor(d, [bm, bn])
-    else:
-        a_src, b_src, d_src = a, b, d
+    if cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on():
+        _ensure_allocator()
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     _fp8_gemm_nt_kernel[grid](
-        a_src, b_src, d_src, sa, sb, bias if bias is not None else sb,
+        a, b, d, sa, sb, bias if bias is not None else sb,
         m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
         HAS_BIAS=bias is not None, USE_TMA=cfg["USE_TMA"], PIPELINE=cfg["PIPELINE"],
         BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

@@ -19,17 +19,17 @@ from .. import tuning
 
 
 @triton.jit
-def _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+def _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
-    """u: fp32 [BLOCK_M, BLOCK_KB*128] for rows ``rows`` and 128-blocks ``kbs``."""
+    """u: fp32 [BLOCK_M, BLOCK_KB*128] for rows ``rows`` and the 128-blocks from ``kb0`` on."""
+    kbs = kb0 + tl.arange(0, BLOCK_KB)
     u3 = tl.reshape(u, (BLOCK_M, BLOCK_KB, 128))
     amax = tl.max(tl.where(u3 == u3, tl.abs(u3), 0.0), axis=2)
     amax = tl.maximum(amax, AMAX_FLOOR)
     smax = tl.full((BLOCK_M, BLOCK_KB), scale_max, tl.float32)
     inv = tl.math.div_rn(smax, amax)
     q = tl.reshape((u3 * inv[:, :, None]).to(tl.float8e4nv), (BLOCK_M, BLOCK_KB * 128))
-    cols = kbs[:, None] * 128 + tl.arange(0, 128)[None, :]
-    cols = tl.reshape(cols, (BLOCK_KB * 128,))
+    cols = kb0 * 128 + tl.arange(0, BLOCK_KB * 128)
     qmask = (rows[:, None] < M) & (cols[None, :] < KB * 128)
     tl.store(q_ptr + rows[:, None] * stride_q + cols[None, :], q, mask=qmask)
     scale = tl.where(rows[:, None] < M, tl.math.div_rn(amax, smax), 0.0)
@@ -49,13 +49,13 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_q, s_st
                      GELU: tl.constexpr, AMAX_FLOOR: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    kbs = tl.program_id(1) * BLOCK_KB + tl.arange(0, BLOCK_KB)
-    cols = tl.reshape(kbs[:, None] * 128 + tl.arange(0, 128)[None, :], (BLOCK_KB * 128,))
+    kb0 = tl.program_id(1) * BLOCK_KB
+    cols = kb0 * 128 + tl.arange(0, BLOCK_KB * 128)
     mask = (rows[:, None] < M) & (cols[None, :] < KB * 128)
     u = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if GELU:
         u = _gelu_tanh(u)
-    _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+    _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
 
@@ -69,7 +69,7 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
                     sc_inner, sc_outer_stride, sc_inner_stride, sh_inner, sh_outer_stride, sh_inner_stride,
                     eps, scale_max, AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    kbs = tl.arange(0, BLOCK_KB)
+    kb0 = 0
     cols = tl.arange(0, BLOCK_KB * 128)
     K = KB * 128
     mask = (rows[:, None] < M) & (cols[None, :] < K)
@@ -80,7 +80,7 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
     sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     u = x * inv[:, None] * (1.0 + sc) + sh
-    _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+    _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
 
@@ -89,7 +89,7 @@ def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, s
                     g_inner, g_outer_stride, g_inner_stride, eps, scale_max,
                     AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    kbs = tl.arange(0, BLOCK_KB)
+    kb0 = 0
     cols = tl.arange(0, BLOCK_KB * 128)
     K = KB * 128
     mask = (rows[:, None] < M) & (cols[None, :] < K)
@@ -102,7 +102,7 @@ def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, s
     tl.store(x_ptrs, r, mask=mask)
     r = r.to(tl.float32)  # normalise the residual as stored, like the model does
     inv = tl.math.rsqrt(tl.sum(r * r, axis=1) / K + eps)
-    _quantize_store(r * inv[:, None], rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+    _quantize_store(r * inv[:, None], rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
 
@@ -111,15 +111,15 @@ def _gated_kernel(x_ptr, l_ptr, q_ptr, s_ptr, M, M_PAD, KB, NH, HD, stride_x, st
                   scale_max, QUANTIZE: tl.constexpr, AMAX_FLOOR: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    kbs = tl.program_id(1) * BLOCK_KB + tl.arange(0, BLOCK_KB)
-    cols = tl.reshape(kbs[:, None] * 128 + tl.arange(0, 128)[None, :], (BLOCK_KB * 128,))
+    kb0 = tl.program_id(1) * BLOCK_KB
+    cols = kb0 * 128 + tl.arange(0, BLOCK_KB * 128)
     K = NH * HD
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     logit = tl.load(l_ptr + rows[:, None] * stride_l + cols[None, :] // HD, mask=mask, other=0.0).to(tl.float32)
     u = x * (2.0 / (1.0 + tl.exp(-logit)))
     if QUANTIZE:
-        _quantize_store(u, rows, M, M_PAD, kbs, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+        _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, BLOCK_KB)
     else:
         tl.store(q_ptr + rows[:, None] * stride_q + cols[None, :], u.to(q_ptr.dtype.element_ty), mask=mask)
