@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from ltx_kernels.triton import cdiv, next_pow2
+
 # (N, K) of every quantized linear in LTX-2 (video 4096/16384, audio 2048/8192, a2v/v2a cross 2048<->4096)
 LTX2_NK = [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048), (8192, 2048), (2048, 8192),
            (2048, 4096), (4096, 2048)]
@@ -63,7 +65,7 @@ def _memory_jobs(dev):
                 out = torch.empty(1, t, h, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
                 st = (0, c.stride(1), c.stride(2), c.stride(3))
                 w = torch.ones(h, device=dev, dtype=torch.bfloat16)
-                row = triton_next_pow2(nh) * triton_next_pow2(h // nh // 2) * 2
+                row = next_pow2(nh) * next_pow2(h // nh // 2) * 2
                 return (kr._candidates(row), lambda cfg: (lambda: kr._launch_split(
                     x.view(-1, h), t, nh, c, c, st, st, w, out.view(-1, h), 1e-6, fp8, cfg)), 0.0)
 
@@ -76,7 +78,7 @@ def _memory_jobs(dev):
                 out = torch.empty(t, h, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
                 cmap = chk.two_level_rows(c, (t,))
                 w = torch.ones(h, device=dev, dtype=torch.bfloat16)
-                return (kr._candidates(triton_next_pow2(h)), lambda cfg: (lambda: kr._launch_interleaved(
+                return (kr._candidates(next_pow2(h)), lambda cfg: (lambda: kr._launch_interleaved(
                     x, cmap, cmap, w, out, 1e-6, fp8, cfg)), 0.0)
 
             yield "rms_norm_rope", ("interleaved", h, "torch.bfloat16", "fp8" if fp8 else "same"), \
@@ -99,7 +101,7 @@ def _memory_jobs(dev):
             s = kq.scale_buffer(t, k // 128, dev)
 
             def run(cfg):
-                grid = (triton_cdiv(s.shape[1], cfg["BLOCK_M"]), triton_cdiv(k // 128, cfg["BLOCK_KB"]))
+                grid = (cdiv(s.shape[1], cfg["BLOCK_M"]), cdiv(k // 128, cfg["BLOCK_KB"]))
                 return lambda: kq._quantize_kernel[grid](
                     x, q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0), 448.0, GELU=False,
                     AMAX_FLOOR=2.0 ** -96, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=cfg["BLOCK_KB"],
@@ -114,26 +116,16 @@ def _memory_jobs(dev):
             q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
             s = kq.scale_buffer(t, k // 128, dev)
             mp = chk.two_level_rows(m, (1, t))
-            kb_pad = triton_next_pow2(k // 128)
+            kb_pad = next_pow2(k // 128)
 
             def run(cfg):
-                return lambda: kq._adanorm_kernel[(triton_cdiv(s.shape[1], cfg["BLOCK_M"]),)](
+                return lambda: kq._adanorm_kernel[(cdiv(s.shape[1], cfg["BLOCK_M"]),)](
                     x, mp[0], mp[0], q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0),
                     mp[1], mp[2], mp[3], mp[1], mp[2], mp[3], 1e-6, 448.0, AMAX_FLOOR=2.0 ** -96,
                     BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
             return kq._row_candidates(kb_pad), run, 0.0
 
         yield "quantize", ("adanorm", k, "torch.bfloat16"), f"adanorm k={k}", ada
-
-
-def triton_next_pow2(n):
-    import triton
-
-    return triton.next_power_of_2(n)
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def main(argv=None) -> int:

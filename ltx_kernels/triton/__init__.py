@@ -11,3 +11,12 @@ def prepare() -> None:
         from ._interpreter import patch_interpreter
 
         patch_interpreter()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil division (triton.cdiv is a JIT function: slow to call from Python)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()

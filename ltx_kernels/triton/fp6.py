@@ -14,6 +14,7 @@ import triton.language as tl
 
 from .. import reference as ref
 from .. import tuning
+from . import cdiv, next_pow2
 
 
 @triton.jit
@@ -84,7 +85,7 @@ def _candidates():
 
 
 def _launch(kernel, src_words, dst_words, quads, cfg):
-    kernel[(triton.cdiv(quads, cfg["BLOCK"]),)](src_words, dst_words, quads, BLOCK=cfg["BLOCK"],
+    kernel[(cdiv(quads, cfg["BLOCK"]),)](src_words, dst_words, quads, BLOCK=cfg["BLOCK"],
                                                 num_warps=cfg["num_warps"])
 
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .. import tuning
+from . import cdiv, next_pow2
 
 from .._dispatch import interpreter_on
 
@@ -120,7 +121,7 @@ def _fp8_gemm_nt_kernel(
 
 def m_bucket(m: int) -> int:
     """Cache key for M: the next power of two, 64 .. 32768."""
-    return min(max(64, triton.next_power_of_2(m)), 32768)
+    return min(max(64, next_pow2(m)), 32768)
 
 
 def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
@@ -161,7 +162,7 @@ def _launch(a, sa, b, sb, bias, d, cfg):
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on():
         _ensure_allocator()
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    grid = (cdiv(m, bm) * cdiv(n, bn),)
     _fp8_gemm_nt_kernel[grid](
         a, b, d, sa, sb, bias if bias is not None else sb,
         m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from .. import reference as ref
 from .. import tuning
+from . import cdiv, next_pow2
 
 
 @triton.jit
@@ -167,14 +168,14 @@ def _row_candidates(kb_pad: int) -> list[dict]:
 
 
 def _chunk_cfg(kb: int) -> dict:
-    block_kb = min(triton.next_power_of_2(kb), 8)
+    block_kb = min(next_pow2(kb), 8)
     return {"BLOCK_M": max(1, 32 // block_kb), "BLOCK_KB": block_kb, "num_warps": 8}
 
 
 def _chunk_candidates(kb: int) -> list[dict]:
     out = []
     for bkb in (1, 2, 4, 8, 16, 32):
-        if bkb > triton.next_power_of_2(kb):
+        if bkb > next_pow2(kb):
             continue
         for bm in (1, 2, 4, 8, 16, 32):
             if 2048 <= bm * bkb * 128 <= 32768:
@@ -195,7 +196,7 @@ def quantize(x2, q2, sbuf, scale_max: float, gelu: bool) -> None:
         return
 
     def launch(c):
-        grid = (triton.cdiv(sbuf.shape[1], c["BLOCK_M"]), triton.cdiv(kb, c["BLOCK_KB"]))
+        grid = (cdiv(sbuf.shape[1], c["BLOCK_M"]), cdiv(kb, c["BLOCK_KB"]))
         _quantize_kernel[grid](x2, q2, sbuf, m, sbuf.shape[1], kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
                                scale_max, GELU=gelu, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
                                BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
@@ -207,10 +208,10 @@ def quantize(x2, q2, sbuf, scale_max: float, gelu: bool) -> None:
 
 
 def _row_kernel_launch(name, key, kernel, m, m_pad, kb, args, kwargs, device):
-    kb_pad = triton.next_power_of_2(kb)
+    kb_pad = next_pow2(kb)
 
     def launch(c):
-        kernel[(triton.cdiv(m_pad, c["BLOCK_M"]),)](*args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
+        kernel[(cdiv(m_pad, c["BLOCK_M"]),)](*args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
                                                      BLOCK_KB=kb_pad, num_warps=c["num_warps"], **kwargs)
 
     cfg = tuning.choose("quantize", (name,) + key, _row_cfg(kb_pad), lambda: _row_candidates(kb_pad),
@@ -237,9 +238,9 @@ def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float) -> N
     args = (x2, y2, g, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), y2.stride(0), q2.stride(0),
             sbuf.stride(0), gi, go, gs, eps, scale_max)
     # The kernel writes x in place, so it is never autotuned on live data: heuristic or cached config only.
-    kb_pad = triton.next_power_of_2(k // 128)
+    kb_pad = next_pow2(k // 128)
     cfg = tuning.lookup("quantize", ("rms_fma", k, str(x2.dtype)), x2.device) or _row_cfg(kb_pad)
-    _rms_fma_kernel[(triton.cdiv(sbuf.shape[1], cfg["BLOCK_M"]),)](
+    _rms_fma_kernel[(cdiv(sbuf.shape[1], cfg["BLOCK_M"]),)](
         *args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
 
 
@@ -251,7 +252,7 @@ def gated_attention(x2, l2, out2, sbuf, nh: int, scale_max: float, quantize_out:
     m_pad = sbuf.shape[1] if quantize_out else m
 
     def launch(c):
-        grid = (triton.cdiv(m_pad, c["BLOCK_M"]), triton.cdiv(kb, c["BLOCK_KB"]))
+        grid = (cdiv(m_pad, c["BLOCK_M"]), cdiv(kb, c["BLOCK_KB"]))
         _gated_kernel[grid](x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh, k // nh,
                             x2.stride(0), l2.stride(0), out2.stride(0), sbuf.stride(0) if sbuf is not None else 0,
                             scale_max, QUANTIZE=quantize_out, AMAX_FLOOR=ref.AMAX_FLOOR,
@@ -276,7 +277,7 @@ def dequantize(q2, scales, out2, rows_per_scale: int) -> None:
     if m == 0:
         return
     block_m, block_k = 8, 512
-    grid = (triton.cdiv(m, block_m), triton.cdiv(k, block_k))
+    grid = (cdiv(m, block_m), cdiv(k, block_k))
     _dequantize_kernel[grid](q2, scales, out2, m, k, q2.stride(0), out2.stride(0), scales.stride(0),
                              scales.stride(1), ROWS_PER_SCALE=rows_per_scale, BLOCK_M=block_m, BLOCK_K=block_k,
                              num_warps=8)

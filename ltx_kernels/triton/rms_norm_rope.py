@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .. import tuning
+from . import cdiv, next_pow2
 
 
 @triton.jit
@@ -122,9 +123,9 @@ def _candidates(row_elems: int) -> list[dict]:
 
 def _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
     R, D = x2.shape
-    block_d = triton.next_power_of_2(D)
+    block_d = next_pow2(D)
     (c, ci, cso, csi), (s, si, sso, ssi) = cos_map, sin_map
-    grid = (triton.cdiv(R, cfg["BLOCK_R"]),)
+    grid = (cdiv(R, cfg["BLOCK_R"]),)
     _interleaved_kernel[grid](
         x2, c, s, w if w is not None else x2, out2,
         R, D, x2.stride(0), out2.stride(0),
@@ -138,7 +139,7 @@ def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool) -> N
     """x2/out2 [R, D] with unit inner stride; cos_map/sin_map: (base, inner, outer_stride, inner_stride)."""
     if x2.shape[0] == 0:
         return
-    row = triton.next_power_of_2(x2.shape[1])
+    row = next_pow2(x2.shape[1])
     key = ("interleaved", x2.shape[1], str(x2.dtype), "fp8" if out_fp8 else "same")
     cfg = tuning.choose(
         "rms_norm_rope", key, _heuristic(row), lambda: _candidates(row),
@@ -151,13 +152,13 @@ def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool) -> N
 def _launch_split(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
     R, h = x2.shape
     half = h // H // 2
-    grid = (triton.cdiv(R, cfg["BLOCK_R"]),)
+    grid = (cdiv(R, cfg["BLOCK_R"]),)
     _split_kernel[grid](
         x2, cos, sin, w if w is not None else x2, out2,
         R, T, H, half, x2.stride(0), out2.stride(0),
         *c_strides, *s_strides, eps,
         HAS_W=w is not None, OUT_FP8=out_fp8, BLOCK_R=cfg["BLOCK_R"],
-        BLOCK_H=triton.next_power_of_2(H), BLOCK_J=triton.next_power_of_2(half),
+        BLOCK_H=next_pow2(H), BLOCK_J=next_pow2(half),
         num_warps=cfg["num_warps"],
     )
 
@@ -167,7 +168,7 @@ def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: 
     if x2.shape[0] == 0:
         return
     half = x2.shape[1] // H // 2
-    row = triton.next_power_of_2(H) * triton.next_power_of_2(half) * 2
+    row = next_pow2(H) * next_pow2(half) * 2
     key = ("split", H, 2 * half, str(x2.dtype), "fp8" if out_fp8 else "same")
     args = (x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8)
     cfg = tuning.choose(
