@@ -28,7 +28,6 @@ def _versions(torch) -> list[str]:
 
 
 def _time_ms(fn, cuda: bool, budget_s: float = 0.5) -> float:
-    import torch
 
     fn()
     if cuda:

@@ -1,8 +1,6 @@
 """Upstream-compatible names (ltx_kernels.blockwise.functional) mapped onto this package's ops."""
 from __future__ import annotations
 
-import torch
-
 from .. import fp6 as _fp6
 from .. import norm_rope as _nr
 from .. import quantize as _q

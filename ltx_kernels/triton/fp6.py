@@ -14,7 +14,7 @@ import triton.language as tl
 
 from .. import reference as ref
 from .. import tuning
-from . import cdiv, next_pow2
+from . import cdiv
 
 
 @triton.jit

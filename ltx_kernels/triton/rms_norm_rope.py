@@ -8,7 +8,6 @@ conversion saturates to +-448 on sm_90).
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
