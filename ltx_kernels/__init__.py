@@ -30,3 +30,7 @@ __all__ += [
     "dequantize_blockwise", "gated_attention", "quantize_adanorm", "quantize_blockwise", "quantize_rms_fma",
     "quantize_weights_blockwise",
 ]
+
+from .linear import BlockwiseFP6Linear, BlockwiseFP8Linear  # noqa: E402
+
+__all__ += ["BlockwiseFP6Linear", "BlockwiseFP8Linear"]

@@ -1,8 +1,5 @@
-"""Compatibility surface of upstream ``ltx_kernels.blockwise`` (what ltx-core imports).
-
-The linear layers (BlockwiseFP8Linear, BlockwiseFP6Linear) are issue 8 and not here yet.
-"""
-from . import functional, triton_ops  # noqa: F401
+"""Compatibility surface of upstream ``ltx_kernels.blockwise`` (what ltx-core imports)."""
+from . import functional, linear, triton_ops  # noqa: F401
 from .functional import (  # noqa: F401
     FP6_SCALE_MAX,
     FP8_SCALE_MAX,
@@ -19,3 +16,4 @@ from .triton_ops import (  # noqa: F401
     blockwise_quantize_rms_fma_triton,
     gated_attention_triton,
 )
+from .linear import BlockwiseFP6Linear, BlockwiseFP8Linear, blockwise_fp8_gemm  # noqa: F401

@@ -1,0 +1,168 @@
+"""BlockwiseFP8Linear / BlockwiseFP6Linear: upstream state-dict layout, inputs, compile."""
+import pytest
+import torch
+from torch import nn
+
+import ltx_kernels as lk
+from ltx_kernels import reference as ref
+from ltx_kernels.blockwise import linear as compat_linear
+
+FP8 = torch.float8_e4m3fn
+LAYERS = [lk.BlockwiseFP8Linear, lk.BlockwiseFP6Linear]
+
+
+def _linear(device, k=256, n=384, bias=True):
+    lin = nn.Linear(k, n, bias=bias, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.normal_(0, 0.05)
+        if bias:
+            lin.bias.normal_(0, 0.1)
+    return lin
+
+
+def _expected(layer, x):
+    """Reference GEMM on the layer's own quantized operands."""
+    q, s = ref.quantize_blockwise(x)
+    w = layer.fp8weight
+    y = ref.fp8_gemm_nt(q.reshape(-1, q.shape[-1]), s, w, layer.weight_scale, layer.bias)
+    return y.view(*x.shape[:-1], w.shape[0])
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_from_linear_matches_reference_and_bf16(cls, bias, device):
+    lin = _linear(device, bias=bias)
+    layer = cls.from_linear(lin)
+    assert layer.weight.device == lin.weight.device
+    assert all(not p.requires_grad for p in layer.parameters())
+    x = torch.randn(2, 5, 256, device=device, dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (2, 5, 384) and y.dtype == torch.bfloat16
+    want = _expected(layer, x)
+    assert (y.float() - want.float()).abs().max() <= 1e-2 * want.float().abs().max()
+    # vs the unquantized layer: FP8 codes carry 3 mantissa bits, FP6 codes 3 bits with 2-bit exponent
+    dense = lin(x).float()
+    rel = (y.float() - dense).norm() / dense.norm()
+    assert rel < (0.05 if cls is lk.BlockwiseFP8Linear else 0.08), rel
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_state_dict_upstream_layout_round_trip(cls, device):
+    src = cls.from_linear(_linear(device))
+    sd = src.state_dict()
+    assert set(sd) == {"weight", "weight_scale", "bias"}
+    if cls is lk.BlockwiseFP8Linear:
+        assert sd["weight"].dtype == FP8 and sd["weight"].shape == (384, 256)
+    else:
+        assert sd["weight"].dtype == torch.uint8 and sd["weight"].shape == (384, 192)
+    assert sd["weight_scale"].dtype == torch.float32 and sd["weight_scale"].shape == (3, 2)
+    assert sd["bias"].dtype == torch.float32 and sd["bias"].shape == (384,)
+    dst = cls.from_linear(_linear(device), transform_weights=False)
+    assert torch.equal(dst.weight_scale, torch.ones(3, 2, device=device))
+    dst.load_state_dict(sd)
+    x = torch.randn(7, 256, device=device, dtype=torch.bfloat16)
+    assert torch.equal(dst(x), src(x))
+
+
+def test_fp6_weight_codes_are_the_fp6_quantized_ones(device):
+    lin = _linear(device)
+    layer = lk.BlockwiseFP6Linear.from_linear(lin)
+    q, s = ref.quantize_weights_blockwise(lin.weight, ref.FP6_SCALE_MAX)
+    assert torch.equal(layer.fp8weight.view(torch.uint8), q.view(torch.uint8))
+    assert torch.equal(layer.weight_scale, s)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_tuple_input_and_leading_shapes(cls, device):
+    layer = cls.from_linear(_linear(device))
+    x = torch.randn(2, 3, 4, 256, device=device, dtype=torch.bfloat16)
+    q, s = lk.quantize_blockwise(x)
+    assert torch.equal(layer((q, s)), layer(x))
+    assert layer(x).shape == (2, 3, 4, 384)
+    v = torch.randn(256, device=device, dtype=torch.bfloat16)
+    assert layer(v).shape == (384,)
+    assert layer(x.float()).dtype == torch.bfloat16  # fp32 input is quantized too
+
+
+def test_bad_inputs(device):
+    with pytest.raises(ValueError, match="in_features"):
+        lk.BlockwiseFP8Linear(100, 128)
+    with pytest.raises(ValueError, match="out_features"):
+        lk.BlockwiseFP6Linear(128, 130)
+    with pytest.raises(TypeError, match="nn.Linear"):
+        lk.BlockwiseFP8Linear.from_linear(torch.zeros(3))
+    layer = lk.BlockwiseFP8Linear.from_linear(_linear(device))
+    with pytest.raises(ValueError, match="in_features=256"):
+        layer(torch.randn(3, 128, device=device))
+    with pytest.raises(TypeError, match="dtype"):
+        layer(torch.ones(3, 256, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="pair"):
+        layer((torch.zeros(3, 256, device=device).to(FP8),))
+
+
+def test_compat_names(device):
+    layer = compat_linear.BlockwiseFP8Linear.from_linear(_linear(device))
+    x = torch.randn(5, 256, device=device, dtype=torch.bfloat16)
+    q, s = lk.quantize_blockwise(x)
+    y = compat_linear.blockwise_fp8_gemm((q, s), (layer.weight, layer.weight_scale), layer.bias, use_fast_accum=True)
+    assert torch.equal(y, layer(x))
+    assert torch.equal(compat_linear.blockwise_linear_func(x, layer.weight, layer.weight_scale, layer.bias), y)
+    assert compat_linear.get_fp8_gemm_nt() is lk.fp8_gemm_nt
+
+
+class _Block(nn.Module):
+    """norm+rope -> quantized q projection, adanorm -> FP6 FFN-in, GELU quantize -> FP8 FFN-out."""
+
+    def __init__(self, device, h=256, nh=2):
+        super().__init__()
+        self.q = lk.BlockwiseFP8Linear.from_linear(_linear(device, h, h))
+        self.ff_in = lk.BlockwiseFP6Linear.from_linear(_linear(device, h, 2 * h))
+        self.ff_out = lk.BlockwiseFP8Linear.from_linear(_linear(device, 2 * h, h))
+        self.norm_w = nn.Parameter(torch.rand(h, device=device, dtype=torch.bfloat16), requires_grad=False)
+
+    def forward(self, x, cos, sin, scale, shift):
+        q = lk.rms_norm_split_rope(self.q(x), cos, sin, self.norm_w)
+        a = self.ff_in(lk.quantize_adanorm(x, scale, shift))
+        g = self.ff_out(lk.quantize_blockwise(a, gelu=True))
+        return q + g
+
+
+def test_block_fullgraph_compile_matches_eager(device):
+    b, t, nh, dh = 1, 3, 2, 128
+    blk = _Block(device)
+    x = torch.randn(b, t, nh * dh, device=device, dtype=torch.bfloat16)
+    cos = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
+    sin = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
+    scale = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
+    shift = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
+    eager = blk(x, cos, sin, scale, shift)
+    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")(x, cos, sin, scale, shift)
+    assert torch.equal(eager, compiled)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_block_compiled_and_cuda_graph_replay_on_gpu():
+    device = torch.device("cuda")
+    b, t, nh, dh = 2, 300, 2, 128
+    blk = _Block(device)
+    x = torch.randn(b, t, nh * dh, device=device, dtype=torch.bfloat16)
+    cos = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
+    sin = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
+    scale = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
+    shift = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
+    args = (x, cos, sin, scale, shift)
+    eager = blk(*args)
+    compiled = torch.compile(blk, fullgraph=True)(*args)
+    assert torch.equal(eager, compiled)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        blk(*args)  # warm: kernels compiled and configs chosen before capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = blk(*args)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, blk(*args))
