@@ -51,12 +51,29 @@ def _gencode(arch: str, suffix: str = "") -> str:
     return f"-gencode=arch=compute_{a}{suffix},code=sm_{a}{suffix}"
 
 
+def _toolkit_home() -> str | None:
+    """The CUDA toolkit root: torch guesses it from nvcc's directory, which misses when nvcc is a
+    wrapper or link outside the toolkit (e.g. /usr/local/bin/nvcc)."""
+    cands = []
+    if shutil.which("nvcc"):
+        cands.append(Path(shutil.which("nvcc")).resolve().parent.parent)
+    cands += [Path("/usr/local/cuda")]
+    for c in cands:
+        if (c / "include" / "cuda_runtime.h").exists() and (c / "bin" / "nvcc").exists():
+            return str(c)
+    return None
+
+
 def cuda_extensions():
     mode = os.environ.get("LTX_KERNELS_BUILD_CUDA", "").strip()
     if mode == "0":
         _say("LTX_KERNELS_BUILD_CUDA=0: skipping the CUDA extensions (pure-Python install).")
         return [], {}
     forced = mode == "1"
+    if not os.environ.get("CUDA_HOME"):
+        home = _toolkit_home()
+        if home:
+            os.environ["CUDA_HOME"] = home
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
@@ -79,18 +96,25 @@ def cuda_extensions():
         return [], {}
 
     archs = _requested_archs(nvcc)
-    common = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
+    # torch >= 2.10 headers need C++20.
+    common = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-lineinfo"]
+    cxx = ["-O3", "-std=c++20"]
+    # torch's CUDA headers include cusparse.h & co, which a bare toolkit may lack while the
+    # nvidia-*-cu13 wheels next to torch have them: searched last, for the C++ (binding) files only.
+    site = Path(torch.__file__).resolve().parent.parent / "nvidia"
+    for inc in sorted(site.glob("*/include")) if site.is_dir() else []:
+        cxx += ["-idirafter", str(inc)]
     exts = []
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "all2all").glob("*.cu"))
     if sources:
         exts.append(CUDAExtension(
             "ltx_kernels._C_all2all", sources + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "all2all").glob("*.cpp")),
-            extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": common + [_gencode(a) for a in archs]}))
+            extra_compile_args={"cxx": cxx, "nvcc": common + [_gencode(a) for a in archs]}))
     sm90_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "gemm_sm90").glob("*.cu"))
     if sm90_sources and any(a.startswith("9.0") for a in archs):
         exts.append(CUDAExtension(
             "ltx_kernels._C_gemm_sm90", sm90_sources,
-            extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": common + [_gencode("9.0", "a")]}))
+            extra_compile_args={"cxx": cxx, "nvcc": common + [_gencode("9.0", "a")]}))
     if not exts:
         _say(f"no CUDA extension to build for arches {archs}.")
         return [], {}

@@ -34,3 +34,7 @@ __all__ += [
 from .linear import BlockwiseFP6Linear, BlockwiseFP8Linear  # noqa: E402
 
 __all__ += ["BlockwiseFP6Linear", "BlockwiseFP8Linear"]
+
+from .all2all import All2All, All2AllTimeout  # noqa: E402
+
+__all__ += ["All2All", "All2AllTimeout"]

@@ -1,0 +1,125 @@
+"""All2All, "torch" backend over gloo processes on CPU: layouts (uneven counts), round trips,
+allgather, bf16 and fp8, bad inputs, a peer that never arrives, torch.compile with exact fakes."""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ltx_kernels as lk
+from ltx_kernels import reference as ref
+
+FP8 = torch.float8_e4m3fn
+COUNTS = {2: [3, 5], 3: [4, 0, 2], 4: [1, 3, 2, 5]}
+
+
+def _init(rank, world, path):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+
+
+def _inputs(world, counts, b, h, d, dtype):
+    g = torch.Generator().manual_seed(1234)
+    return [(torch.randn(b, c, h, d, generator=g) * 100).to(dtype) for c in counts]
+
+
+def _same(a, b):
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def _layouts_worker(rank, world, path):
+    _init(rank, world, path)
+    counts = COUNTS[world]
+    t = sum(counts)
+    for dtype in (torch.bfloat16, FP8):
+        for b in (1, 2):
+            h, d = 2 * world, 8
+            xs = _inputs(world, counts, b, h, d, dtype)
+            with lk.All2All(rank, world, b * t, h * d, world, dtype, backend="torch", timeout_seconds=30) as a2a:
+                assert a2a.backend == "torch"
+                a2a.set_rank_tokens(counts)
+                y = a2a.send_recv_heads(xs[rank])
+                assert _same(y, ref.send_recv_heads(xs)[rank]), (rank, dtype, b)
+                back = a2a.gather_heads(y, copy_out=True)
+                assert _same(back, xs[rank])
+                ys = ref.send_recv_heads(xs)
+                assert _same(a2a.gather_heads(ys[rank]), ref.gather_heads(ys, counts)[rank])
+                assert _same(a2a.allgather(xs[rank]), ref.allgather(xs)[rank])
+    # torch.compile traces the ops; the fakes give the exact (uneven) shapes
+    xs = _inputs(world, counts, 1, 2 * world, 8, torch.bfloat16)
+    a2a = lk.All2All(rank, world, t, 16 * world, world, torch.bfloat16, backend="torch")
+    a2a.set_rank_tokens(counts)
+    f = torch.compile(lambda x: a2a.gather_heads(a2a.send_recv_heads(x) * 2), fullgraph=True, backend="aot_eager")
+    assert _same(f(xs[rank]), xs[rank] * 2)
+    dist.destroy_process_group()
+
+
+def _bad_inputs_worker(rank, world, path):
+    _init(rank, world, path)
+    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch")
+    a2a.set_rank_tokens([4] * world)
+    x = torch.randn(1, 4, 4, 16, dtype=torch.bfloat16)
+    cases = [
+        (ValueError, "divisible", lambda: a2a.send_recv_heads(torch.randn(1, 4, 3, 16, dtype=torch.bfloat16))),
+        (ValueError, "tokens", lambda: a2a.send_recv_heads(torch.randn(1, 5, 4, 16, dtype=torch.bfloat16))),
+        (TypeError, "dtype", lambda: a2a.send_recv_heads(x.float())),
+        (ValueError, "4-D", lambda: a2a.send_recv_heads(x[0])),
+        (ValueError, "buffer holds", lambda: a2a.send_recv_heads(torch.randn(1, 4, 4, 64, dtype=torch.bfloat16))),
+        (ValueError, "non-negative", lambda: a2a.set_rank_tokens([4] * (world + 1))),
+        (ValueError, "timeout_seconds", lambda: a2a.set_timeout_seconds(0)),
+        (ValueError, "rank", lambda: lk.All2All(world, world, 8, 64, world, torch.bfloat16)),
+        (TypeError, "tensor_dtype", lambda: lk.All2All(rank, world, 8, 64, world, torch.int32)),
+        (ValueError, "disagree", lambda: lk.All2All((rank + 1) % world, world, 8, 64, world, torch.bfloat16)),
+        (lk.BackendUnavailable, "cuda", lambda: lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="cuda")),
+    ]
+    for exc, match, fn in cases:
+        with pytest.raises(exc, match=match):
+            fn()
+    dist.destroy_process_group()
+
+
+def _timeout_worker(rank, world, path):
+    _init(rank, world, path)
+    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch", timeout_seconds=1.0)
+    a2a.set_rank_tokens([4] * world)
+    if rank == world - 1:
+        dist.barrier()  # the others time out on their op; this rank never joins it
+        import time
+
+        time.sleep(4)
+        os._exit(0)
+    dist.barrier()
+    with pytest.raises(lk.All2AllTimeout, match="did not complete within 1s"):
+        a2a.send_recv_heads(torch.randn(1, 4, 2 * world, 8, dtype=torch.bfloat16))
+    with pytest.raises(lk.All2AllTimeout, match="unusable"):
+        a2a.send_recv_heads(torch.randn(1, 4, 2 * world, 8, dtype=torch.bfloat16))
+    os._exit(0)  # the group is wedged by design; skip its teardown
+
+
+def _spawn(fn, world):
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(fn, args=(world, os.path.join(tmp, "rendezvous")), nprocs=world, join=True)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_torch_backend_layouts(world):
+    _spawn(_layouts_worker, world)
+
+
+def test_torch_backend_bad_inputs():
+    _spawn(_bad_inputs_worker, 2)
+
+
+def test_torch_backend_timeout():
+    _spawn(_timeout_worker, 3)
+
+
+def test_single_rank_without_distributed():
+    x = torch.randn(2, 5, 4, 8, dtype=torch.bfloat16)
+    a2a = lk.All2All(0, 1, 10, 32, 1, torch.bfloat16, device="cpu")
+    a2a.set_rank_tokens([5])
+    assert torch.equal(a2a.send_recv_heads(x), x) and torch.equal(a2a.gather_heads(x), x)
+    assert torch.equal(a2a.allgather(x), x)
+    with pytest.raises(ValueError, match="torch.distributed"):
+        lk.All2All(0, 2, 10, 32, 2, torch.bfloat16, device="cpu")
