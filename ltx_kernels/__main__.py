@@ -120,8 +120,59 @@ def main(argv=None) -> int:
                 tfl = flops / ms / 1e9 if flops else float("nan")
                 print(f"  {case.name:22s} {be:8s} {ms:9.3f} {gbs:8.1f} {tfl:8.1f}")
             del d
+    failures += _all2all_section(torch, cuda, not args.no_bench)
     print("\nall checks passed" if not failures else f"\n{failures} check(s) FAILED")
     return 1 if failures else 0
+
+
+def _all2all_section(torch, cuda: bool, bench: bool) -> int:
+    """All2All: which backend a node-local group would get; on a GPU with the extension, a
+    self-check and a quick bench of 2 ranks hosted by this process (one GPU)."""
+    from ltx_kernels import _ext, reference
+    from ltx_kernels.all2all import All2All
+
+    mod, why = _ext.load("_C_all2all")
+    print("\nAll2All (head redistribution):")
+    print(f"  cuda : {'ok (CUDA-IPC kernels, ranks of one node)' if mod and cuda else 'no (' + (why or 'no CUDA device') + ')'}")
+    print("  torch: ok under torch.distributed (NCCL / gloo); tested with gloo processes by the test suite")
+    if not (mod and cuda):
+        return 0
+    world, tokens, h, d = 2, 16384, 32, 128
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ranks = All2All.local_ranks(world, tokens // world, h * d, sms // world, torch.bfloat16)
+    streams = [torch.cuda.Stream() for _ in ranks]
+    counts = [tokens // world + 100, tokens // world - 100]
+    for a in ranks:
+        a.set_rank_tokens(counts)
+    xs = [torch.randn(1, c, h, d, device="cuda", dtype=torch.bfloat16) for c in counts]
+
+    def run(op, inputs, copy_out=True):
+        main = torch.cuda.current_stream()
+        outs = []
+        for a, s, x in zip(ranks, streams, inputs):
+            s.wait_stream(main)
+            with torch.cuda.stream(s):
+                outs.append(getattr(a, op)(x, copy_out=copy_out))
+        for s in streams:
+            main.wait_stream(s)
+        return outs
+
+    ys = run("send_recv_heads", xs)
+    back = run("gather_heads", ys)
+    ok = all(torch.equal(y, w) for y, w in zip(ys, reference.send_recv_heads(xs))) and \
+        all(torch.equal(b, x) for b, x in zip(back, xs))
+    print(f"  self-check (2 ranks on this GPU, uneven counts): {'PASS' if ok else 'FAIL'}")
+    if bench:
+        import triton.testing
+
+        ms = triton.testing.do_bench(lambda: (run("send_recv_heads", xs, False), run("gather_heads", ys, False)),
+                                     warmup=10, rep=100, return_mode="median")
+        nbytes = 2 * 2 * tokens * h * d * 2  # two ops, each byte read and written once
+        print(f"  send+gather [1, {tokens}/2, {h}, {d}] bf16 x2 ranks: {ms:.3f} ms, {nbytes / ms / 1e6:.0f} GB/s "
+              f"(copy_out=False)")
+    for a in ranks:
+        a.destroy()
+    return 0 if ok else 1
 
 
 def _probe_args(name: str, d: dict):

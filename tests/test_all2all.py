@@ -36,7 +36,8 @@ def _layouts_worker(rank, world, path):
         for b in (1, 2):
             h, d = 2 * world, 8
             xs = _inputs(world, counts, b, h, d, dtype)
-            with lk.All2All(rank, world, b * t, h * d, world, dtype, backend="torch", timeout_seconds=30) as a2a:
+            with lk.All2All(rank, world, b * t, h * d, world, dtype, backend="torch", timeout_seconds=30,
+                            device="cpu") as a2a:
                 assert a2a.backend == "torch"
                 a2a.set_rank_tokens(counts)
                 y = a2a.send_recv_heads(xs[rank])
@@ -48,7 +49,7 @@ def _layouts_worker(rank, world, path):
                 assert _same(a2a.allgather(xs[rank]), ref.allgather(xs)[rank])
     # torch.compile traces the ops; the fakes give the exact (uneven) shapes
     xs = _inputs(world, counts, 1, 2 * world, 8, torch.bfloat16)
-    a2a = lk.All2All(rank, world, t, 16 * world, world, torch.bfloat16, backend="torch")
+    a2a = lk.All2All(rank, world, t, 16 * world, world, torch.bfloat16, backend="torch", device="cpu")
     a2a.set_rank_tokens(counts)
     f = torch.compile(lambda x: a2a.gather_heads(a2a.send_recv_heads(x) * 2), fullgraph=True, backend="aot_eager")
     assert _same(f(xs[rank]), xs[rank] * 2)
@@ -57,7 +58,7 @@ def _layouts_worker(rank, world, path):
 
 def _bad_inputs_worker(rank, world, path):
     _init(rank, world, path)
-    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch")
+    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch", device="cpu")
     a2a.set_rank_tokens([4] * world)
     x = torch.randn(1, 4, 4, 16, dtype=torch.bfloat16)
     cases = [
@@ -68,10 +69,11 @@ def _bad_inputs_worker(rank, world, path):
         (ValueError, "buffer holds", lambda: a2a.send_recv_heads(torch.randn(1, 4, 4, 64, dtype=torch.bfloat16))),
         (ValueError, "non-negative", lambda: a2a.set_rank_tokens([4] * (world + 1))),
         (ValueError, "timeout_seconds", lambda: a2a.set_timeout_seconds(0)),
-        (ValueError, "rank", lambda: lk.All2All(world, world, 8, 64, world, torch.bfloat16)),
-        (TypeError, "tensor_dtype", lambda: lk.All2All(rank, world, 8, 64, world, torch.int32)),
-        (ValueError, "disagree", lambda: lk.All2All((rank + 1) % world, world, 8, 64, world, torch.bfloat16)),
-        (lk.BackendUnavailable, "cuda", lambda: lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="cuda")),
+        (ValueError, "rank", lambda: lk.All2All(world, world, 8, 64, world, torch.bfloat16, device="cpu")),
+        (TypeError, "tensor_dtype", lambda: lk.All2All(rank, world, 8, 64, world, torch.int32, device="cpu")),
+        (ValueError, "disagree", lambda: lk.All2All((rank + 1) % world, world, 8, 64, world, torch.bfloat16, device="cpu")),
+        (lk.BackendUnavailable, "cuda", lambda: lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="cuda",
+                                                              device="cpu")),
     ]
     for exc, match, fn in cases:
         with pytest.raises(exc, match=match):
@@ -81,7 +83,8 @@ def _bad_inputs_worker(rank, world, path):
 
 def _timeout_worker(rank, world, path):
     _init(rank, world, path)
-    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch", timeout_seconds=1.0)
+    a2a = lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="torch", timeout_seconds=1.0,
+                     device="cpu")
     a2a.set_rank_tokens([4] * world)
     if rank == world - 1:
         dist.barrier()  # the others time out on their op; this rank never joins it
