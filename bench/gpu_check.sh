@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
-#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,warmup,main,bench (default: all)
+#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,warmup,main,bench,block (default: all)
 # Writes logs and JSON under OUTDIR; prints a short table last.
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
-PHASES=${2:-build,tests,warmup,main,bench}
+PHASES=${2:-build,tests,warmup,main,bench,block}
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export LTX_KERNELS_CACHE_DIR=${LTX_KERNELS_CACHE_DIR:-$OUTDIR/cache}
@@ -50,5 +50,11 @@ if has bench; then
     > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
   tail -3 "$OUTDIR/bench.log"
   python3 bench/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
+fi
+if has block; then
+  stamp block
+  python3 bench/block_accuracy.py --tokens ${BLOCK_TOKENS:-8192} --time --json "$OUTDIR/block_accuracy.json" \
+    > "$OUTDIR/block.log" 2>&1; echo "block rc=$?"
+  tail -4 "$OUTDIR/block.log"
 fi
 stamp done

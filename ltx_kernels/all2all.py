@@ -337,7 +337,8 @@ class All2All:
     def _run_cuda(self, op, x, copy_out):
         self._raise_if_failed()
         shape = self.out_shape(op, x.shape)
-        self._ext.launch(_OPS[op], x, self._bases, self.capacity, self.rank, self.counts, x.shape[2],
+        heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
+        self._ext.launch(_OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
                          self.num_sms, self.timeout_seconds, self._host_err)
         n = 1
         for s in shape:

@@ -99,7 +99,8 @@ int pick_vec(std::initializer_list<long long> values) {
   return g >= 16 ? 16 : g >= 8 ? 8 : g >= 4 ? 4 : g >= 2 ? 2 : 1;
 }
 
-// op: 0 send_recv_heads, 1 gather_heads, 2 allgather. x is contiguous [B, n, Hx, D]; the output
+// op: 0 send_recv_heads, 1 gather_heads, 2 allgather. x is contiguous [B, n, Hx, D]; heads is H of
+// the full tensor (for gather_heads Hx = H / world). The output
 // layouts are those of upstream (see ltx_kernels/all2all.py). Validation happens in Python.
 void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& bases, int64_t capacity,
             int64_t rank, const std::vector<int64_t>& counts, int64_t heads, int64_t num_ctas,
