@@ -20,6 +20,14 @@ def tensor(name: str, t, *, dtypes=None, ndim=None, min_ndim=None) -> torch.Tens
     return t
 
 
+def broadcasts_to(shape, target) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to exactly ``target`` (torch.broadcast_shapes costs
+    tens of microseconds a call: too slow for a per-call check)."""
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
+
+
 def same_device(**named) -> None:
     items = [(k, v) for k, v in named.items() if isinstance(v, torch.Tensor)]
     if not items:
@@ -64,6 +72,8 @@ def two_level_rows(t: torch.Tensor, lead_shape) -> tuple[torch.Tensor, int, int,
     broadcast modulation / frequency tensors without materialising them.
     """
     d = t.shape[-1]
+    if t.shape[:-1] == lead_shape and t.is_contiguous():  # the common case, without the general walk
+        return t, max(1, t.numel() // d) if d else 1, 0, d
     t = t.expand(*lead_shape, d)
     if t.stride(-1) != 1 and d > 1:
         t = t.contiguous()

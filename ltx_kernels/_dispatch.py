@@ -129,16 +129,21 @@ def triton_reasons(*tensors: torch.Tensor, min_arch: tuple[int, int] = (8, 0)) -
     dev = next(iter(devs)) if devs else torch.device("cpu")
     if interpreter_on():
         return []
-    if dev.type == "cpu":
-        return ["CPU tensors need TRITON_INTERPRET=1"]
-    if dev.type != "cuda":
-        return [f"device {dev.type} is not supported by the Triton kernels"]
+    return list(_device_reasons(dev.type, dev.index, min_arch))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_reasons(kind: str, index, min_arch) -> tuple:
+    if kind == "cpu":
+        return ("CPU tensors need TRITON_INTERPRET=1",)
+    if kind != "cuda":
+        return (f"device {kind} is not supported by the Triton kernels",)
     if torch.version.hip is not None:
-        return ["ROCm is not validated for these kernels"]
-    cap = torch.cuda.get_device_capability(dev)
+        return ("ROCm is not validated for these kernels",)
+    cap = torch.cuda.get_device_capability(index)
     if cap < min_arch:
-        return [f"needs sm_{min_arch[0]}{min_arch[1]}+, device is sm_{cap[0]}{cap[1]}"]
-    return []
+        return (f"needs sm_{min_arch[0]}{min_arch[1]}+, device is sm_{cap[0]}{cap[1]}",)
+    return ()
 
 
 def torch_reasons(*tensors: torch.Tensor) -> list:

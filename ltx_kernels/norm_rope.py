@@ -46,11 +46,7 @@ def _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps):
         chk.tensor(name, f, dtypes=chk.FLOAT_DTYPES)
         if f.dim() == 0 or f.shape[-1] != d:
             raise ValueError(f"{name} must have last dim {d} like x, got shape {tuple(f.shape)}")
-        try:
-            bshape = torch.broadcast_shapes(f.shape, x.shape)
-        except RuntimeError:
-            bshape = None
-        if bshape != x.shape:
+        if not chk.broadcasts_to(f.shape, x.shape):
             raise ValueError(f"{name} of shape {tuple(f.shape)} does not broadcast to x's shape {tuple(x.shape)}")
     _check_weights(weights, d)
     chk.same_device(x=x, cos_freqs=cos_freqs, sin_freqs=sin_freqs, weights=weights)

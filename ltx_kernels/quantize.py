@@ -208,11 +208,7 @@ def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto")
 
 def _check_modulation(name: str, t, x) -> None:
     chk.tensor(name, t, dtypes=chk.FLOAT_DTYPES)
-    try:
-        ok = torch.broadcast_shapes(t.shape, x.shape) == x.shape
-    except RuntimeError:
-        ok = False
-    if not ok or t.dim() == 0 or t.shape[-1] != x.shape[-1]:
+    if not chk.broadcasts_to(t.shape, x.shape) or t.dim() == 0 or t.shape[-1] != x.shape[-1]:
         raise ValueError(f"{name} of shape {tuple(t.shape)} must broadcast to x's shape {tuple(x.shape)} "
                          f"with the same last dim (e.g. [B, 1, h] or [B, T, h])")
 

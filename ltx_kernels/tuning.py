@@ -92,6 +92,7 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
             json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
         _memory.setdefault(dev, {})[entry_key(kernel, key)] = record
+        _choices.clear()
     return path
 
 
@@ -130,12 +131,22 @@ def tune(kernel: str, key, candidates: list[dict], run: Callable[[dict], Callabl
 
 def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict]] | None = None,
            run: Callable[[dict], Callable[[], None]] | None = None, device=None) -> dict:
-    """The config to launch with: cached/shipped, else tuned now (LTX_KERNELS_AUTOTUNE=1), else heuristic."""
-    hit = lookup(kernel, key, device)
-    if hit is not None:
-        return hit
-    if autotune_enabled() and candidates is not None and run is not None and not torch.compiler.is_compiling():
-        log.debug("tuning %s %s", kernel, key)
-        cfg, _ = tune(kernel, key, candidates(), run, device)
+    """The config to launch with: cached/shipped, else tuned now (LTX_KERNELS_AUTOTUNE=1), else heuristic.
+
+    Answers are memoised per (kernel, key, device) until the next ``store``: this runs on every call."""
+    memo_key = (kernel, key if isinstance(key, tuple) else tuple(key), device)
+    cfg = _choices.get(memo_key)
+    if cfg is not None:
         return cfg
-    return dict(heuristic)
+    cfg = lookup(kernel, key, device)
+    if cfg is None:
+        if autotune_enabled() and candidates is not None and run is not None and not torch.compiler.is_compiling():
+            log.debug("tuning %s %s", kernel, key)
+            cfg, _ = tune(kernel, key, candidates(), run, device)
+        else:
+            cfg = dict(heuristic)
+    _choices[memo_key] = cfg
+    return cfg
+
+
+_choices: dict = {}

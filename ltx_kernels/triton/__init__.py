@@ -5,12 +5,17 @@ from __future__ import annotations
 from .._dispatch import interpreter_on
 
 
+_patched = False
+
+
 def prepare() -> None:
     """Called before a kernel module is imported: fixes the interpreter's fp8 casts."""
-    if interpreter_on():
+    global _patched
+    if not _patched and interpreter_on():
         from ._interpreter import patch_interpreter
 
         patch_interpreter()
+        _patched = True
 
 
 def cdiv(a: int, b: int) -> int:

@@ -1,0 +1,64 @@
+"""Host (Python) cost of one eager call of each memory-bound op, on tiny inputs so that the GPU
+is never the bottleneck: what limits the eager GB/s of small calls. ``--profile`` adds a cProfile
+of the interleaved norm+rope call.
+
+    python bench/host_overhead.py [--profile]
+"""
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+
+import ltx_kernels as lk
+
+
+def per_call_us(fn, n=3000):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    dev = "cuda"
+    bf = torch.bfloat16
+    x = torch.randn(1, 4, 4096, device=dev, dtype=bf)
+    c = torch.randn(1, 4, 4096, device=dev, dtype=bf)
+    cs = torch.randn(1, 4, 32, 64, device=dev, dtype=bf).swapaxes(1, 2)
+    w = torch.rand(4096, device=dev, dtype=bf)
+    sc = torch.randn(1, 1, 4096, device=dev, dtype=bf)
+    q, s = lk.quantize_blockwise(x)
+    u8 = torch.randint(0, 256, (4, 4096), device=dev, dtype=torch.uint8) & 0x9F
+    p = lk.fp6_pack(u8)
+    cases = {
+        "rms_norm_rope": lambda: lk.rms_norm_rope(x, c, c, w),
+        "rms_norm_split_rope": lambda: lk.rms_norm_split_rope(x, cs, cs, w),
+        "quantize_blockwise": lambda: lk.quantize_blockwise(x),
+        "quantize_adanorm": lambda: lk.quantize_adanorm(x, sc, sc),
+        "dequantize_blockwise": lambda: lk.dequantize_blockwise(q, s),
+        "fp6_pack": lambda: lk.fp6_pack(u8),
+        "fp6_unpack": lambda: lk.fp6_unpack(p, 4096),
+        "torch add (floor)": lambda: x + x,
+    }
+    for name, fn in cases.items():
+        print(f"{name:24s} {per_call_us(fn):7.1f} us/call")
+    if args.profile:
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(2000):
+            cases["rms_norm_rope"]()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
