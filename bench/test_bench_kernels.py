@@ -91,6 +91,26 @@ def test_quantize_family(rec, op, k):
                 op=op, shape=f"[1,{t},{k}]")
 
 
+@pytest.mark.parametrize("kind", ["activations", "weights"])
+def test_dequantize(rec, kind):
+    m, k = (32768, 4096) if kind == "activations" else (16384, 4096)
+    x = torch.randn(m, k, device=DEV, dtype=BF16)
+    q, s = lk.quantize_blockwise(x) if kind == "activations" else lk.quantize_weights_blockwise(x)
+    nbytes = q.numel() * (1 + 2) + s.numel() * 4
+    rec.measure(lambda: lk.dequantize_blockwise(q, s), nbytes=nbytes,
+                anchors={"eager": lambda: ref.dequantize_blockwise(q, s)}, op="dequantize_blockwise",
+                shape=f"{kind} [{m},{k}]")
+
+
+def test_quantize_weights(rec):
+    n, k = 16384, 4096
+    w = torch.randn(n, k, device=DEV, dtype=BF16)
+    nbytes = w.numel() * (2 + 1) + (n // 128) * (k // 128) * 4
+    rec.measure(lambda: lk.quantize_weights_blockwise(w), nbytes=nbytes,
+                anchors={"eager": lambda: ref.quantize_weights_blockwise(w)}, op="quantize_weights_blockwise",
+                shape=f"[{n},{k}]")
+
+
 def _scaled_mm_anchor(qa, sa, qb, sb):
     """cuBLASLt blockwise _scaled_mm (1x128 x 128x128); the scale layouts it accepts vary by torch
     version, so try the known ones and keep the first that runs and agrees with the reference."""

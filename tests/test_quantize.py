@@ -88,7 +88,7 @@ def test_dequantize_both_layouts_and_strided_scales(device):
 
 
 @pytest.mark.parametrize("per_token", [False, True])
-@pytest.mark.parametrize("b,t", [(1, 5), (2, 3)])
+@pytest.mark.parametrize("b,t", [(1, 5), (2, 3), (3, 9)])
 def test_adanorm(device, per_token, b, t):
     h = 512
     x = torch.randn(b, t, h, device=device, dtype=BF16) * 3

@@ -86,6 +86,33 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
 
 
 @triton.jit
+def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, T, stride_x, stride_q, s_stride,
+                          sc_bstride, sh_bstride, eps, scale_max, AMAX_FLOOR: tl.constexpr,
+                          ROWS: tl.constexpr, BLOCK_KB: tl.constexpr):
+    """Modulation shared by the T tokens of a sample ([B, 1, h]): program (i, b) reads its scale and
+    shift once and runs ROWS tokens of sample b, one row at a time."""
+    b = tl.program_id(1)
+    t0 = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK_KB * 128)
+    K = KB * 128
+    cmask = cols < K
+    sc = 1.0 + tl.load(sc_ptr + b.to(tl.int64) * sc_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
+    sh = tl.load(sh_ptr + b.to(tl.int64) * sh_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
+    for i in tl.range(0, ROWS):
+        t = t0 + i
+        row = b.to(tl.int64) * T + t
+        # tokens past T belong to the next sample; only the last sample runs on into the padding rows
+        row = tl.where((t < T) | (b == B - 1), row, M_PAD)
+        rows = row + tl.arange(0, 1)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=(rows[:, None] < M) & cmask[None, :],
+                    other=0.0).to(tl.float32)
+        inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
+        u = x * inv[:, None] * sc[None, :] + sh[None, :]
+        _quantize_store(u, rows, M, M_PAD, 0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                        AMAX_FLOOR, 1, BLOCK_KB)
+
+
+@triton.jit
 def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_y, stride_q, s_stride,
                     g_inner, g_outer_stride, g_inner_stride, eps, scale_max,
                     AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
@@ -108,8 +135,8 @@ def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, s
 
 
 @triton.jit
-def _gated_kernel(x_ptr, l_ptr, q_ptr, s_ptr, M, M_PAD, KB, NH, HD, stride_x, stride_l, stride_q, s_stride,
-                  scale_max, QUANTIZE: tl.constexpr, AMAX_FLOOR: tl.constexpr,
+def _gated_kernel(x_ptr, l_ptr, q_ptr, s_ptr, M, M_PAD, KB, NH, stride_x, stride_l, stride_q, s_stride,
+                  scale_max, HD: tl.constexpr, QUANTIZE: tl.constexpr, AMAX_FLOOR: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     kb0 = tl.program_id(1) * BLOCK_KB
@@ -224,10 +251,33 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float)
     if m == 0:
         return
     (sc, sci, sco, scs), (sh, shi, sho, shs) = sc_map, sh_map
+    if scs == 0 and shs == 0 and sci == shi and m % sci == 0:
+        _adanorm_bcast_launch(x2, sc, sh, q2, sbuf, m // sci, sci, sco, sho, eps, scale_max)
+        return
     args = (x2, sc, sh, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), q2.stride(0), sbuf.stride(0),
             sci, sco, scs, shi, sho, shs, eps, scale_max)
     _row_kernel_launch("adanorm", (k, str(x2.dtype)), _adanorm_kernel, m, sbuf.shape[1], k // 128, args, {},
                        x2.device)
+
+
+def _adanorm_bcast_launch(x2, sc, sh, q2, sbuf, b, t, sc_bstride, sh_bstride, eps, scale_max):
+    m, k = x2.shape
+    kb = k // 128
+    kb_pad = next_pow2(kb)
+    m_pad = sbuf.shape[1]
+
+    def launch(c):
+        grid = (cdiv(t + (m_pad - m), c["ROWS"]), b)
+        _adanorm_bcast_kernel[grid](x2, sc, sh, q2, sbuf, m, m_pad, kb, b, t, x2.stride(0), q2.stride(0),
+                                    sbuf.stride(0), sc_bstride, sh_bstride, eps, scale_max,
+                                    AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_KB=kb_pad,
+                                    num_warps=c["num_warps"])
+
+    heuristic = {"ROWS": 8, "num_warps": 4 if kb_pad <= 8 else 8 if kb_pad <= 32 else 16}
+    candidates = [{"ROWS": r, "num_warps": w} for r in (2, 4, 8, 16, 32) for w in (4, 8, 16)]
+    cfg = tuning.choose("quantize", ("adanorm_bcast", k, str(x2.dtype)), heuristic, lambda: candidates,
+                        lambda c: (lambda: launch(c)), device=x2.device)
+    launch(cfg)
 
 
 def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float) -> None:
@@ -253,9 +303,9 @@ def gated_attention(x2, l2, out2, sbuf, nh: int, scale_max: float, quantize_out:
 
     def launch(c):
         grid = (cdiv(m_pad, c["BLOCK_M"]), cdiv(kb, c["BLOCK_KB"]))
-        _gated_kernel[grid](x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh, k // nh,
+        _gated_kernel[grid](x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh,
                             x2.stride(0), l2.stride(0), out2.stride(0), sbuf.stride(0) if sbuf is not None else 0,
-                            scale_max, QUANTIZE=quantize_out, AMAX_FLOOR=ref.AMAX_FLOOR,
+                            scale_max, HD=k // nh, QUANTIZE=quantize_out, AMAX_FLOOR=ref.AMAX_FLOOR,
                             BLOCK_M=c["BLOCK_M"], BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
 
     key = ("gated", k, nh, str(x2.dtype), quantize_out)
