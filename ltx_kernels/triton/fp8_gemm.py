@@ -7,9 +7,13 @@ Variants, picked per shape by the config cache:
   USE_TMA   operands (and D) through device-built tensor descriptors (Hopper TMA),
             out-of-range rows zero-filled / clipped by the copy engine;
   PIPELINE  issue block kb+1's MMA before promoting block kb, so the tensor cores
-            are not idle while the CUDA cores scale.
+            are not idle while the CUDA cores scale;
+  PERSISTENT one program per SM walking the tiles (TMA only), optionally with Triton's
+            warp specialization (WS) of the tile loop.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -116,6 +120,41 @@ def _fp8_gemm_nt_kernel(
         tl.store(d_src + offs_m[:, None] * stride_dm + offs_n[None, :], d, mask=mask_m[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def _fp8_gemm_nt_persistent_kernel(
+    a_ptr, b_ptr, d_ptr, sa_ptr, sb_ptr, bias_ptr,
+    M, N, K, stride_am, stride_bn, stride_dm, sa_sm, sa_sk, sb_sn, sb_sk,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """One program per SM walking the tiles (TMA descriptors only); with WARP_SPECIALIZE Triton
+    splits the tile loop into a TMA producer and MMA consumers."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, 128])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, 128])
+    d_desc = tl.make_tensor_descriptor(d_ptr, shape=[M, N], strides=[stride_dm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    KB = K // 128
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=False, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_ids(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+        offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+        sa_ptrs = sa_ptr + offs_m * sa_sm
+        sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kb in range(0, KB):
+            a = a_desc.load([m0, kb * 128])
+            b = b_desc.load([n0, kb * 128])
+            p = tl.dot(a, tl.trans(b))
+            sa = tl.load(sa_ptrs + kb * sa_sk, mask=offs_m < M, other=0.0)
+            sb = tl.load(sb_ptrs + kb * sb_sk, mask=offs_n < N, other=0.0)
+            acc += p * (sa[:, None] * sb[None, :])
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+        d_desc.store([m0, n0], acc.to(tl.bfloat16))
+
+
 # ---------------------------------------------------------------------------------------------
 # Host side: DeepGEMM-style readable config choice, then the per-GPU cache.
 
@@ -143,7 +182,28 @@ def candidates(m: int, tma_ok: bool) -> list[dict]:
                 for pipe in (False, True):
                     out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w,
                                 "num_stages": stages, "USE_TMA": tma, "PIPELINE": pipe})
+    if tma_ok and m > 64:
+        for bm, bn, w in ((128, 128, 8), (128, 256, 8), (64, 128, 4)):
+            for stages in (3, 4):
+                for ws in ((False, True) if ws_supported() else (False,)):
+                    out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w, "num_stages": stages,
+                                "USE_TMA": True, "PIPELINE": False, "PERSISTENT": True, "WS": ws})
     return out
+
+
+def ws_supported() -> bool:
+    """Warp specialization of the persistent loop: Hopper support landed in Triton 3.5; opt out with
+    LTX_KERNELS_GEMM_WS=0 (a compiler crash there would take the process down while tuning)."""
+    import os
+
+    if os.environ.get("LTX_KERNELS_GEMM_WS", "1") == "0" or interpreter_on():
+        return False
+    return tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 5)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def tma_supported(a: torch.Tensor) -> bool:
@@ -162,7 +222,17 @@ def _launch(a, sa, b, sb, bias, d, cfg):
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on():
         _ensure_allocator()
-    grid = (cdiv(m, bm) * cdiv(n, bn),)
+    tiles = cdiv(m, bm) * cdiv(n, bn)
+    if cfg.get("PERSISTENT"):
+        sms = _sm_count(a.device.index) if a.device.type == "cuda" else 4
+        _fp8_gemm_nt_persistent_kernel[(min(tiles, sms),)](
+            a, b, d, sa, sb, bias if bias is not None else sb,
+            m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
+            HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], NUM_SMS=sms,
+            WARP_SPECIALIZE=cfg.get("WS", False), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+        return
+    grid = (tiles,)
     _fp8_gemm_nt_kernel[grid](
         a, b, d, sa, sb, bias if bias is not None else sb,
         m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
@@ -183,7 +253,7 @@ def config_for(m: int, n: int, k: int, a, b, d, sa, sb, bias) -> dict:
                         lambda: candidates(m, tma_ok),
                         lambda c: (lambda: _launch(a, sa, b, sb, bias, d, c)), device=a.device)
     if cfg.get("USE_TMA") and not tma_ok:
-        cfg = dict(cfg, USE_TMA=False)
+        cfg = dict(cfg, USE_TMA=False, PERSISTENT=False)
     return cfg
 
 
