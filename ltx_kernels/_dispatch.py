@@ -40,6 +40,7 @@ class Op:
         self.backends: dict[str, Backend] = {}
         # "auto" tries these in order: compiled extension, Triton, torch.
         self.priority = ("cuda", "triton", "torch")
+        self._memo: dict = {}
 
     def register(self, name: str, reasons: Callable[..., list] | None = None):
         if name not in BACKENDS:
@@ -86,8 +87,39 @@ class Op:
         log.debug("%s: %s (requested)", self.name, backend)
         return b
 
-    def __call__(self, backend: str, *args, **kwargs):
-        return self.select(backend, *args, **kwargs).fn(*args, **kwargs)
+    def __call__(self, backend: str, *args):
+        # The choice depends only on the arguments' signature (shapes, strides, dtypes, devices,
+        # flags) and the environment, so it is memoised per signature: select() walks every
+        # backend's reasons and costs tens of microseconds.
+        key = (resolve_backend_name(backend), signature(args))
+        b = self._memo.get(key)
+        if b is None:
+            b = self.select(backend, *args)
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[key] = b
+        return b.fn(*args)
+
+
+def signature(args) -> tuple:
+    """What a backend's reasons and a wrapper's checks can depend on, hashable."""
+    return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+class Validated:
+    """Memo of argument signatures that passed a wrapper's checks (with what the checks returned)."""
+
+    def __init__(self):
+        self._seen: dict = {}
+
+    def get(self, key):
+        return self._seen.get(key)
+
+    def put(self, key, value=True):
+        if len(self._seen) > 4096:
+            self._seen.clear()
+        self._seen[key] = value
+        return value
 
 
 def _fmt(d):

@@ -7,12 +7,13 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, call, torch_reasons, triton_reasons
+from ._dispatch import Op, Validated, call, signature, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
 interleaved_op = Op("rms_norm_rope")
 split_op = Op("rms_norm_split_rope")
+_checked = Validated()  # the checks depend on shapes/strides/dtypes/devices only
 
 
 def _out_dtype(x: torch.Tensor, out_fp8: bool) -> torch.dtype:
@@ -103,7 +104,8 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    eps = _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps)
+    key = ("interleaved",) + signature((x, cos_freqs, sin_freqs, weights, eps))
+    eps = _checked.get(key) or _checked.put(key, _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps))
     return call(_rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
 
 
@@ -186,5 +188,6 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    eps = _validate_split(x, cos_freqs, sin_freqs, weights, eps)
+    key = ("split",) + signature((x, cos_freqs, sin_freqs, weights, eps))
+    eps = _checked.get(key) or _checked.put(key, _validate_split(x, cos_freqs, sin_freqs, weights, eps))
     return call(_rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)

@@ -104,6 +104,34 @@ def test_adanorm(device, per_token, b, t):
     _check_layout(s, b * t, h // 128)
 
 
+@pytest.mark.parametrize("rows,block_m", [(4, 1), (8, 4), (16, 2)])
+@pytest.mark.parametrize("b,t", [(1, 5), (3, 9)])
+def test_adanorm_shared_modulation_kernel(device, rows, block_m, b, t):
+    from ltx_kernels import _checks as chk
+    from ltx_kernels.triton import prepare
+
+    prepare()
+    from ltx_kernels.triton import quantize as kq
+
+    h = 256
+    x = torch.randn(b, t, h, device=device, dtype=BF16) * 3
+    scale = torch.randn(b, 1, h, device=device, dtype=BF16) * 0.3
+    shift = torch.randn(b, 1, h, device=device, dtype=BF16) * 0.3
+    m = b * t
+    q = torch.empty(b, t, h, device=device, dtype=torch.float8_e4m3fn)
+    sbuf = kq.scale_buffer(m, h // 128, device)
+    lead = x.shape[:-1]
+    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead),
+                        q.view(m, h), sbuf, 1e-6, 448.0,
+                        cfg={"KIND": "bcast", "ROWS": rows, "BLOCK_M": block_m, "num_warps": 4})
+    s = sbuf.t()[:m]
+    qr, sr = ref.quantize_adanorm(x, scale, shift)
+    torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)
+    u = ref.rms_norm(x.float(), 1e-6) * (1 + scale.float()) + shift.float()
+    assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+    _check_layout(s, m, h // 128)
+
+
 @pytest.mark.parametrize("inplace", [True, False])
 def test_rms_fma(device, inplace):
     b, t, h = 2, 3, 256
@@ -122,9 +150,8 @@ def test_rms_fma(device, inplace):
     assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
 
 
-@pytest.mark.parametrize("nh", [2, 3, 4])
-def test_gated_attention(device, nh):
-    h = 384
+@pytest.mark.parametrize("h,nh", [(384, 2), (384, 3), (384, 4), (1024, 16)])
+def test_gated_attention(device, h, nh):
     x = torch.randn(2, 3, h, device=device, dtype=BF16)
     logits = torch.randn(2, 3, nh, device=device, dtype=BF16) * 3
     q, s = lk.gated_attention(x, logits, backend="triton")

@@ -88,9 +88,9 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
 @triton.jit
 def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, T, stride_x, stride_q, s_stride,
                           sc_bstride, sh_bstride, eps, scale_max, AMAX_FLOOR: tl.constexpr,
-                          ROWS: tl.constexpr, BLOCK_KB: tl.constexpr):
+                          ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     """Modulation shared by the T tokens of a sample ([B, 1, h]): program (i, b) reads its scale and
-    shift once and runs ROWS tokens of sample b, one row at a time."""
+    shift once and runs ROWS tokens of sample b, BLOCK_M rows at a time."""
     b = tl.program_id(1)
     t0 = tl.program_id(0) * ROWS
     cols = tl.arange(0, BLOCK_KB * 128)
@@ -98,18 +98,17 @@ def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, 
     cmask = cols < K
     sc = 1.0 + tl.load(sc_ptr + b.to(tl.int64) * sc_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
     sh = tl.load(sh_ptr + b.to(tl.int64) * sh_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
-    for i in tl.range(0, ROWS):
-        t = t0 + i
-        row = b.to(tl.int64) * T + t
+    for i in tl.range(0, ROWS // BLOCK_M):
+        t = t0 + i * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows = b.to(tl.int64) * T + t
         # tokens past T belong to the next sample; only the last sample runs on into the padding rows
-        row = tl.where((t < T) | (b == B - 1), row, M_PAD)
-        rows = row + tl.arange(0, 1)
+        rows = tl.where((t < T) | (b == B - 1), rows, M_PAD)
         x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=(rows[:, None] < M) & cmask[None, :],
                     other=0.0).to(tl.float32)
         inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
         u = x * inv[:, None] * sc[None, :] + sh[None, :]
         _quantize_store(u, rows, M, M_PAD, 0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
-                        AMAX_FLOOR, 1, BLOCK_KB)
+                        AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
 
 @triton.jit
@@ -144,8 +143,17 @@ def _gated_kernel(x_ptr, l_ptr, q_ptr, s_ptr, M, M_PAD, KB, NH, stride_x, stride
     K = NH * HD
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    logit = tl.load(l_ptr + rows[:, None] * stride_l + cols[None, :] // HD, mask=mask, other=0.0).to(tl.float32)
-    u = x * (2.0 / (1.0 + tl.exp(-logit)))
+    if (BLOCK_KB * 128) % HD == 0:
+        # one logit per head of the tile, broadcast over its HD columns (no per-element gather)
+        HEADS: tl.constexpr = BLOCK_KB * 128 // HD
+        heads = kb0 * 128 // HD + tl.arange(0, HEADS)
+        logit = tl.load(l_ptr + rows[:, None] * stride_l + heads[None, :],
+                        mask=(rows[:, None] < M) & (heads[None, :] < NH), other=0.0).to(tl.float32)
+        gate = 2.0 / (1.0 + tl.exp(-logit))
+        u = tl.reshape(tl.reshape(x, (BLOCK_M, HEADS, HD)) * gate[:, :, None], (BLOCK_M, BLOCK_KB * 128))
+    else:
+        logit = tl.load(l_ptr + rows[:, None] * stride_l + cols[None, :] // HD, mask=mask, other=0.0).to(tl.float32)
+        u = x * (2.0 / (1.0 + tl.exp(-logit)))
     if QUANTIZE:
         _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, BLOCK_KB)
@@ -234,49 +242,47 @@ def quantize(x2, q2, sbuf, scale_max: float, gelu: bool) -> None:
     launch(cfg)
 
 
-def _row_kernel_launch(name, key, kernel, m, m_pad, kb, args, kwargs, device):
-    kb_pad = next_pow2(kb)
-
-    def launch(c):
-        kernel[(cdiv(m_pad, c["BLOCK_M"]),)](*args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
-                                                     BLOCK_KB=kb_pad, num_warps=c["num_warps"], **kwargs)
-
-    cfg = tuning.choose("quantize", (name,) + key, _row_cfg(kb_pad), lambda: _row_candidates(kb_pad),
-                        lambda c: (lambda: launch(c)), device=device)
-    launch(cfg)
-
-
-def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float) -> None:
+def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float, cfg: dict | None = None) -> None:
+    """Two kernels: whole rows with per-row modulation offsets, or, when the modulation is shared
+    by each sample's tokens, programs that read it once for many rows. The config cache picks."""
     m, k = x2.shape
     if m == 0:
         return
     (sc, sci, sco, scs), (sh, shi, sho, shs) = sc_map, sh_map
-    if scs == 0 and shs == 0 and sci == shi and m % sci == 0:
-        _adanorm_bcast_launch(x2, sc, sh, q2, sbuf, m // sci, sci, sco, sho, eps, scale_max)
-        return
-    args = (x2, sc, sh, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), q2.stride(0), sbuf.stride(0),
-            sci, sco, scs, shi, sho, shs, eps, scale_max)
-    _row_kernel_launch("adanorm", (k, str(x2.dtype)), _adanorm_kernel, m, sbuf.shape[1], k // 128, args, {},
-                       x2.device)
-
-
-def _adanorm_bcast_launch(x2, sc, sh, q2, sbuf, b, t, sc_bstride, sh_bstride, eps, scale_max):
-    m, k = x2.shape
     kb = k // 128
     kb_pad = next_pow2(kb)
     m_pad = sbuf.shape[1]
+    bcast = scs == 0 and shs == 0 and sci == shi and m % sci == 0
+    n_samples, tokens = (m // sci, sci) if bcast else (1, m)
 
     def launch(c):
-        grid = (cdiv(t + (m_pad - m), c["ROWS"]), b)
-        _adanorm_bcast_kernel[grid](x2, sc, sh, q2, sbuf, m, m_pad, kb, b, t, x2.stride(0), q2.stride(0),
-                                    sbuf.stride(0), sc_bstride, sh_bstride, eps, scale_max,
-                                    AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_KB=kb_pad,
-                                    num_warps=c["num_warps"])
+        if c.get("KIND") == "bcast":
+            grid = (cdiv(tokens + (m_pad - m), c["ROWS"]), n_samples)
+            _adanorm_bcast_kernel[grid](x2, sc, sh, q2, sbuf, m, m_pad, kb, n_samples, tokens, x2.stride(0),
+                                        q2.stride(0), sbuf.stride(0), sco, sho, eps, scale_max,
+                                        AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_M=c["BLOCK_M"],
+                                        BLOCK_KB=kb_pad, num_warps=c["num_warps"])
+        else:
+            _adanorm_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
+                x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
+                sci, sco, scs, shi, sho, shs, eps, scale_max, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
+                BLOCK_KB=kb_pad, num_warps=c["num_warps"])
 
-    heuristic = {"ROWS": 8, "num_warps": 4 if kb_pad <= 8 else 8 if kb_pad <= 32 else 16}
-    candidates = [{"ROWS": r, "num_warps": w} for r in (2, 4, 8, 16, 32) for w in (4, 8, 16)]
-    cfg = tuning.choose("quantize", ("adanorm_bcast", k, str(x2.dtype)), heuristic, lambda: candidates,
-                        lambda c: (lambda: launch(c)), device=x2.device)
+    def candidates():
+        out = _row_candidates(kb_pad)
+        if bcast:
+            out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w}
+                    for r in (4, 8, 16, 32) for bm in (1, 2, 4) for w in (4, 8, 16)
+                    if bm <= r and bm * kb_pad * 128 <= 16384]
+        return out
+
+    if cfg is not None:
+        if cfg.get("KIND") == "bcast" and not bcast:
+            raise ValueError("the shared-modulation kernel needs scale/shift shared by each sample's tokens")
+        return launch(cfg)
+    key = ("adanorm", k, str(x2.dtype)) + (("shared_mod",) if bcast else ())
+    cfg = tuning.choose("quantize", key, _row_cfg(kb_pad), candidates, lambda c: (lambda: launch(c)),
+                        device=x2.device)
     launch(cfg)
 
 
