@@ -74,6 +74,20 @@ def two_level_rows(t: torch.Tensor, lead_shape) -> tuple[torch.Tensor, int, int,
     d = t.shape[-1]
     if t.shape[:-1] == lead_shape and t.is_contiguous():  # the common case, without the general walk
         return t, max(1, t.numel() // d) if d else 1, 0, d
+    key = (t.shape, t.stride(), tuple(lead_shape))
+    hit = _row_maps.get(key)
+    if hit is not None:  # a map that needed no copy: the base pointer is t's own
+        return (t,) + hit
+    out = _two_level_rows(t, lead_shape, d)
+    if out[0].data_ptr() == t.data_ptr() and len(_row_maps) < 4096:
+        _row_maps[key] = out[1:]
+    return out
+
+
+_row_maps: dict = {}
+
+
+def _two_level_rows(t, lead_shape, d):
     t = t.expand(*lead_shape, d)
     if t.stride(-1) != 1 and d > 1:
         t = t.contiguous()

@@ -11,7 +11,7 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, call, torch_reasons, triton_reasons
+from ._dispatch import Op, Validated, call, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -24,6 +24,7 @@ dequantize_op = Op("dequantize_blockwise")
 adanorm_op = Op("quantize_adanorm")
 rms_fma_op = Op("quantize_rms_fma")
 gated_op = Op("gated_attention")
+_checked = Validated()  # argument signatures that passed a wrapper's checks
 
 
 def _prepare_triton():
@@ -103,10 +104,12 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
     GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
     """
-    k = _check_rows("x", x)
-    scale_max = chk.positive_finite("scale_max", scale_max)
-    q, buf = call(_quantize_op, _quantize_op_impl, x, scale_max, bool(gelu), backend)
-    return q, buffer_to_scales(buf, x.numel() // k)
+    key = ("quantize",) + signature((x, scale_max))
+    if not _checked.get(key):
+        _check_rows("x", x)
+        scale_max = _checked.put(key, chk.positive_finite("scale_max", scale_max))
+    q, buf = call(_quantize_op, _quantize_op_impl, x, float(scale_max), bool(gelu), backend)
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,15 +254,17 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
 
     x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
     """
-    _check_rows("x", x)
-    _check_modulation("scale", scale, x)
-    _check_modulation("shift", shift, x)
-    chk.same_device(x=x, scale=scale, shift=shift)
-    eps = float(eps)
-    if not 0 <= eps < float("inf"):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-    scale_max = chk.positive_finite("scale_max", scale_max)
-    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
+    key = ("adanorm",) + signature((x, scale, shift, eps, scale_max))
+    if not _checked.get(key):
+        _check_rows("x", x)
+        _check_modulation("scale", scale, x)
+        _check_modulation("shift", shift, x)
+        chk.same_device(x=x, scale=scale, shift=shift)
+        if not 0 <= float(eps) < float("inf"):
+            raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+        chk.positive_finite("scale_max", scale_max)
+        _checked.put(key)
+    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, float(eps), float(scale_max), backend)
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 

@@ -116,16 +116,26 @@ def _memory_jobs(dev):
             q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
             s = kq.scale_buffer(t, k // 128, dev)
             mp = chk.two_level_rows(m, (1, t))
-            kb_pad = next_pow2(k // 128)
+            return (kq.adanorm_candidates(next_pow2(k // 128), True),
+                    lambda cfg: (lambda: kq.quantize_adanorm(x, mp, mp, q, s, 1e-6, 448.0, cfg=cfg)), 0.0)
+
+        yield "quantize", ("adanorm", k, "torch.bfloat16", "shared_mod"), f"adanorm k={k}", ada
+
+        def gated(k=k, nh=32):
+            x = torch.randn(t, k, device=dev, dtype=torch.bfloat16)
+            lg = torch.randn(t, nh, device=dev, dtype=torch.bfloat16)
+            q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
+            s = kq.scale_buffer(t, k // 128, dev)
 
             def run(cfg):
-                return lambda: kq._adanorm_kernel[(cdiv(s.shape[1], cfg["BLOCK_M"]),)](
-                    x, mp[0], mp[0], q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0),
-                    mp[1], mp[2], mp[3], mp[1], mp[2], mp[3], 1e-6, 448.0, AMAX_FLOOR=2.0 ** -96,
-                    BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
-            return kq._row_candidates(kb_pad), run, 0.0
+                grid = (cdiv(s.shape[1], cfg["BLOCK_M"]), cdiv(k // 128, cfg["BLOCK_KB"]))
+                return lambda: kq._gated_kernel[grid](
+                    x, lg, q, s, t, s.shape[1], k // 128, nh, x.stride(0), lg.stride(0), q.stride(0), s.stride(0),
+                    448.0, HD=k // nh, QUANTIZE=True, AMAX_FLOOR=2.0 ** -96, BLOCK_M=cfg["BLOCK_M"],
+                    BLOCK_KB=cfg["BLOCK_KB"], num_warps=cfg["num_warps"])
+            return kq._chunk_candidates(k // 128), run, 0.0
 
-        yield "quantize", ("adanorm", k, "torch.bfloat16"), f"adanorm k={k}", ada
+        yield "quantize", ("gated", k, 32, "torch.bfloat16", True), f"gated_attention k={k}", gated
 
 
 def main(argv=None) -> int:

@@ -268,22 +268,23 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
                 sci, sco, scs, shi, sho, shs, eps, scale_max, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
                 BLOCK_KB=kb_pad, num_warps=c["num_warps"])
 
-    def candidates():
-        out = _row_candidates(kb_pad)
-        if bcast:
-            out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w}
-                    for r in (4, 8, 16, 32) for bm in (1, 2, 4) for w in (4, 8, 16)
-                    if bm <= r and bm * kb_pad * 128 <= 16384]
-        return out
-
     if cfg is not None:
         if cfg.get("KIND") == "bcast" and not bcast:
             raise ValueError("the shared-modulation kernel needs scale/shift shared by each sample's tokens")
         return launch(cfg)
     key = ("adanorm", k, str(x2.dtype)) + (("shared_mod",) if bcast else ())
-    cfg = tuning.choose("quantize", key, _row_cfg(kb_pad), candidates, lambda c: (lambda: launch(c)),
-                        device=x2.device)
+    cfg = tuning.choose("quantize", key, _row_cfg(kb_pad), lambda: adanorm_candidates(kb_pad, bcast),
+                        lambda c: (lambda: launch(c)), device=x2.device)
     launch(cfg)
+
+
+def adanorm_candidates(kb_pad: int, shared_mod: bool) -> list[dict]:
+    out = _row_candidates(kb_pad)
+    if shared_mod:
+        out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w}
+                for r in (4, 8, 16, 32) for bm in (1, 2, 4) for w in (4, 8, 16)
+                if bm <= r and bm * kb_pad * 128 <= 16384]
+    return out
 
 
 def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float) -> None:
