@@ -139,9 +139,9 @@ def _all2all_section(torch, cuda: bool, bench: bool) -> int:
         return 0
     world, tokens, h, d = 2, 16384, 32, 128
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ranks = All2All.local_ranks(world, tokens // world, h * d, sms // world, torch.bfloat16)
-    streams = [torch.cuda.Stream() for _ in ranks]
     counts = [tokens // world + 100, tokens // world - 100]
+    ranks = All2All.local_ranks(world, max(counts), h * d, sms // world, torch.bfloat16)
+    streams = [torch.cuda.Stream() for _ in ranks]
     for a in ranks:
         a.set_rank_tokens(counts)
     xs = [torch.randn(1, c, h, d, device="cuda", dtype=torch.bfloat16) for c in counts]
