@@ -110,8 +110,10 @@ def cuda_extensions():
         exts.append(CUDAExtension(
             "ltx_kernels._C_all2all", sources + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "all2all").glob("*.cpp")),
             extra_compile_args={"cxx": cxx, "nvcc": common + [_gencode(a) for a in archs]}))
-    sm90_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "gemm_sm90").glob("*.cu"))
+    sm90_dir = ROOT / "csrc" / "gemm_sm90"
+    sm90_sources = sorted(str(p.relative_to(ROOT)) for p in sm90_dir.glob("*.cu"))
     if sm90_sources and any(a.startswith("9.0") for a in archs):
+        sm90_sources += sorted(str(p.relative_to(ROOT)) for p in sm90_dir.glob("*.cpp"))
         exts.append(CUDAExtension(
             "ltx_kernels._C_gemm_sm90", sm90_sources,
             extra_compile_args={"cxx": cxx, "nvcc": common + [_gencode("9.0", "a")]}))

@@ -32,7 +32,15 @@ def _gemm_triton(a, sa, b, sb, bias, d):
 
 
 def _cuda_reasons(a, sa, b, sb, bias, d):
-    return _ext.reasons("_C_gemm_sm90", a, sa, b, sb, bias, d, arch=(9, 0))
+    r = _ext.reasons("_C_gemm_sm90", a, sa, b, sb, bias, d, arch=(9, 0))
+    if r:
+        return r
+    # TMA descriptors need 16-byte aligned operand rows; the epilogue stores bf16 pairs
+    if any(t.data_ptr() % 16 or t.stride(0) % 16 for t in (a, b)):
+        r.append("a and b need 16-byte aligned bases and row strides (TMA)")
+    if d.numel() and (d.data_ptr() % 4 or d.stride(0) % 2):
+        r.append("out needs a 4-byte aligned base and an even row stride")
+    return r
 
 
 @gemm_op.register("cuda", reasons=_cuda_reasons)

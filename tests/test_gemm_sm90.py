@@ -1,0 +1,75 @@
+"""The SM90 CUDA GEMM (csrc/gemm_sm90) against the fp32 reference of the dequantized operands."""
+import pytest
+import torch
+
+import ltx_kernels as lk
+from ltx_kernels import _ext
+from ltx_kernels import reference as ref
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or _ext.load("_C_gemm_sm90")[0] is None
+    or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU and the _C_gemm_sm90 extension")
+
+
+def _operands(m, n, k, zero_blocks=False):
+    a = torch.randn(m, k, device="cuda") * torch.rand(m, 1, device="cuda").add(0.1)
+    if zero_blocks and m > 1:
+        a[1, :128] = 0
+    qa, sa = lk.quantize_blockwise(a)
+    qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda") * 0.02)
+    return qa, sa, qb, sb
+
+
+def _rel_err(out, qa, sa, qb, sb, bias):
+    m, k = qa.shape
+    n = qb.shape[0]
+    want = (qa.float() * ref.expand_scales(sa, m, k)) @ (qb.float() * ref.expand_scales(sb, n, k)).t()
+    if bias is not None:
+        want += bias
+    return float((out.float() - want).norm() / want.norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("m", [1, 64, 129, 3000, 20000])
+@pytest.mark.parametrize("n,k", [(2176, 7168), (384, 640), (4096, 4096)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_shapes(m, n, k, with_bias):
+    qa, sa, qb, sb = _operands(m, n, k, zero_blocks=True)
+    bias = torch.randn(n, device="cuda") if with_bias else None
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+    lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
+    assert torch.isfinite(out.float()).all(), "output not fully written"
+    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
+
+
+def test_auto_picks_cuda_and_strided_scales():
+    qa, sa, qb, sb = _operands(300, 512, 1024)
+    assert lk.gemm.gemm_op.select("auto", qa, sa, qb, sb, None, qa.new_empty(0)).name == "cuda"
+    sa_rowmajor = sa.contiguous()  # [M, K/128] row-major instead of the M-major layout
+    out = lk.fp8_gemm_nt(qa, sa_rowmajor, qb, sb)
+    assert _rel_err(out, qa, sa, qb, sb, None) <= 3e-3
+
+
+def test_saturated_operands_do_not_overflow():
+    m, n, k = 128, 256, 4096
+    qa = torch.full((m, k), 448.0, device="cuda").to(torch.float8_e4m3fn)
+    qb = torch.full((n, k), -448.0, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.ones(m, k // 128, device="cuda")
+    sb = torch.ones(n // 128, k // 128, device="cuda") * 1e-3
+    out = lk.fp8_gemm_nt(qa, sa, qb, sb, backend="cuda")
+    torch.testing.assert_close(out.float(), torch.full((m, n), -448.0 * 448.0 * k * 1e-3, device="cuda"),
+                               rtol=1e-2, atol=0)
+
+
+def test_cuda_graph_capture():
+    qa, sa, qb, sb = _operands(1000, 1024, 2048)
+    bias = torch.randn(1024, device="cuda")
+    out = torch.empty(1000, 1024, device="cuda", dtype=torch.bfloat16)
+    lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
