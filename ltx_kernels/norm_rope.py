@@ -59,14 +59,17 @@ def _interleaved_torch(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return ref.rms_norm_rope(x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-def _interleaved_triton_reasons(x, c, s, w, *a):
-    r = triton_reasons(x, c, s, w)
-    if x.shape[-1] > MAX_TRITON_ROW:
-        r.append(f"D={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
-    return r
+def _triton_row_reasons(row_name: str):
+    def reasons(x, c, s, w, *a):
+        r = triton_reasons(x, c, s, w)
+        if x.shape[-1] > MAX_TRITON_ROW:
+            r.append(f"{row_name}={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
+        return r
+
+    return reasons
 
 
-@interleaved_op.register("triton", reasons=_interleaved_triton_reasons)
+@interleaved_op.register("triton", reasons=_triton_row_reasons("D"))
 def _interleaved_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     from .triton import prepare
 
@@ -138,19 +141,12 @@ def _split_torch(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return ref.rms_norm_split_rope(x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-def _split_triton_reasons(x, c, s, w, *a):
-    r = triton_reasons(x, c, s, w)
-    if x.shape[-1] > MAX_TRITON_ROW:
-        r.append(f"H*Dh={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
-    return r
-
-
 def _freq_strides(f: torch.Tensor, b: int):
     sb = f.stride(0) if f.shape[0] == b and b > 1 else 0
     return (sb, f.stride(1), f.stride(2), f.stride(3))
 
 
-@split_op.register("triton", reasons=_split_triton_reasons)
+@split_op.register("triton", reasons=_triton_row_reasons("H*Dh"))
 def _split_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     from .triton import prepare
 

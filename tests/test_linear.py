@@ -127,30 +127,30 @@ class _Block(nn.Module):
         return q + g
 
 
+def _block_inputs(device, b, t, nh=2, dh=128):
+    bf = torch.bfloat16
+    x = torch.randn(b, t, nh * dh, device=device, dtype=bf)
+    cos = torch.randn(b, t, nh, dh // 2, device=device, dtype=bf).swapaxes(1, 2)  # ltx-core's swapaxes view
+    sin = torch.randn(b, t, nh, dh // 2, device=device, dtype=bf).swapaxes(1, 2)
+    scale = torch.randn(b, 1, nh * dh, device=device, dtype=bf) * 0.1
+    shift = torch.randn(b, 1, nh * dh, device=device, dtype=bf) * 0.1
+    return x, cos, sin, scale, shift
+
+
 def test_block_fullgraph_compile_matches_eager(device):
-    b, t, nh, dh = 1, 3, 2, 128
     blk = _Block(device)
-    x = torch.randn(b, t, nh * dh, device=device, dtype=torch.bfloat16)
-    cos = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
-    sin = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
-    scale = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
-    shift = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
-    eager = blk(x, cos, sin, scale, shift)
-    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")(x, cos, sin, scale, shift)
+    args = _block_inputs(device, 1, 3)
+    eager = blk(*args)
+    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")(*args)
     assert torch.equal(eager, compiled)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_block_compiled_and_cuda_graph_replay_on_gpu():
     device = torch.device("cuda")
-    b, t, nh, dh = 2, 300, 2, 128
     blk = _Block(device)
-    x = torch.randn(b, t, nh * dh, device=device, dtype=torch.bfloat16)
-    cos = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
-    sin = torch.randn(b, t, nh, dh // 2, device=device, dtype=torch.bfloat16).swapaxes(1, 2)
-    scale = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
-    shift = torch.randn(b, 1, nh * dh, device=device, dtype=torch.bfloat16) * 0.1
-    args = (x, cos, sin, scale, shift)
+    args = _block_inputs(device, 2, 300)
+    x = args[0]
     eager = blk(*args)
     compiled = torch.compile(blk, fullgraph=True)(*args)
     assert torch.equal(eager, compiled)
