@@ -104,26 +104,33 @@ def test_adanorm(device, per_token, b, t):
     _check_layout(s, b * t, h // 128)
 
 
-@pytest.mark.parametrize("rows,block_m", [(4, 1), (8, 4), (16, 2)])
+@pytest.mark.parametrize("cfg", [{"KIND": "bcast", "ROWS": 4, "BLOCK_M": 1}, {"KIND": "bcast", "ROWS": 8, "BLOCK_M": 4},
+                                 {"KIND": "bcast", "ROWS": 16, "BLOCK_M": 2},
+                                 {"KIND": "twopass", "BLOCK_M": 2, "CHUNK_KB": 1},
+                                 {"KIND": "twopass", "BLOCK_M": 4, "CHUNK_KB": 4}])
+@pytest.mark.parametrize("per_token", [False, True])
 @pytest.mark.parametrize("b,t", [(1, 5), (3, 9)])
-def test_adanorm_shared_modulation_kernel(device, rows, block_m, b, t):
+def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     from ltx_kernels import _checks as chk
     from ltx_kernels.triton import prepare
 
     prepare()
     from ltx_kernels.triton import quantize as kq
 
-    h = 256
+    if per_token and cfg["KIND"] == "bcast":
+        pytest.skip("the shared-modulation kernel takes [B, 1, h] modulation only")
+    h = 384
     x = torch.randn(b, t, h, device=device, dtype=BF16) * 3
-    scale = torch.randn(b, 1, h, device=device, dtype=BF16) * 0.3
-    shift = torch.randn(b, 1, h, device=device, dtype=BF16) * 0.3
+    x[0, 0] = 0  # a zero row: finite scales, zero codes
+    mod_shape = (b, t, h) if per_token else (b, 1, h)
+    scale = torch.randn(mod_shape, device=device, dtype=BF16) * 0.3
+    shift = torch.randn(mod_shape, device=device, dtype=BF16) * 0.3
     m = b * t
     q = torch.empty(b, t, h, device=device, dtype=torch.float8_e4m3fn)
     sbuf = kq.scale_buffer(m, h // 128, device)
     lead = x.shape[:-1]
     kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead),
-                        q.view(m, h), sbuf, 1e-6, 448.0,
-                        cfg={"KIND": "bcast", "ROWS": rows, "BLOCK_M": block_m, "num_warps": 4})
+                        q.view(m, h), sbuf, 1e-6, 448.0, cfg=dict(cfg, num_warps=4))
     s = sbuf.t()[:m]
     qr, sr = ref.quantize_adanorm(x, scale, shift)
     torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)

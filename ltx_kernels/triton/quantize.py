@@ -86,6 +86,35 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
 
 
 @triton.jit
+def _adanorm_twopass_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_q, s_stride,
+                            sc_inner, sc_outer_stride, sc_inner_stride, sh_inner, sh_outer_stride, sh_inner_stride,
+                            eps, scale_max, AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK_KB: tl.constexpr):
+    """Rows in column chunks: pass 1 sums x^2, pass 2 re-reads x (from L2) with the modulation and
+    quantizes chunk by chunk. Fewer live registers than whole rows, so more rows in flight."""
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    K = KB * 128
+    rmask = rows < M
+    ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for kb0 in range(0, KB, CHUNK_KB):
+        cols = kb0 * 128 + tl.arange(0, CHUNK_KB * 128)
+        mask = rmask[:, None] & (cols[None, :] < K)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        ss += tl.sum(x * x, axis=1)
+    inv = tl.math.rsqrt(ss / K + eps)
+    sc_row = _mod_offsets(rows, sc_inner, sc_outer_stride, sc_inner_stride)
+    sh_row = _mod_offsets(rows, sh_inner, sh_outer_stride, sh_inner_stride)
+    for kb0 in range(0, KB, CHUNK_KB):
+        cols = kb0 * 128 + tl.arange(0, CHUNK_KB * 128)
+        mask = rmask[:, None] & (cols[None, :] < K)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        u = x * inv[:, None] * (1.0 + sc) + sh
+        _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
+                        AMAX_FLOOR, BLOCK_M, CHUNK_KB)
+
+
+@triton.jit
 def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, T, stride_x, stride_q, s_stride,
                           sc_bstride, sh_bstride, eps, scale_max, AMAX_FLOOR: tl.constexpr,
                           ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
@@ -243,8 +272,9 @@ def quantize(x2, q2, sbuf, scale_max: float, gelu: bool) -> None:
 
 
 def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float, cfg: dict | None = None) -> None:
-    """Two kernels: whole rows with per-row modulation offsets, or, when the modulation is shared
-    by each sample's tokens, programs that read it once for many rows. The config cache picks."""
+    """Three kernels: whole rows with per-row modulation offsets; rows in column chunks read twice
+    (two-pass); or, when the modulation is shared by each sample's tokens, programs that read it
+    once for many rows. The config cache picks."""
     m, k = x2.shape
     if m == 0:
         return
@@ -262,6 +292,11 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
                                         q2.stride(0), sbuf.stride(0), sco, sho, eps, scale_max,
                                         AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_M=c["BLOCK_M"],
                                         BLOCK_KB=kb_pad, num_warps=c["num_warps"])
+        elif c.get("KIND") == "twopass":
+            _adanorm_twopass_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
+                x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
+                sci, sco, scs, shi, sho, shs, eps, scale_max, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
+                CHUNK_KB=min(c["CHUNK_KB"], kb_pad), num_warps=c["num_warps"])
         else:
             _adanorm_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
                 x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
@@ -280,6 +315,9 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
 
 def adanorm_candidates(kb_pad: int, shared_mod: bool) -> list[dict]:
     out = _row_candidates(kb_pad)
+    out += [{"KIND": "twopass", "BLOCK_M": bm, "CHUNK_KB": ck, "num_warps": w}
+            for bm in (1, 2, 4, 8) for ck in (4, 8, 16) for w in (2, 4, 8)
+            if ck <= kb_pad and bm * ck * 128 <= 8192]
     if shared_mod:
         out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w}
                 for r in (4, 8, 16, 32) for bm in (1, 2, 4) for w in (4, 8, 16)
