@@ -73,3 +73,18 @@ def test_cuda_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
+
+
+@pytest.mark.parametrize("block_n", [128, 192])
+@pytest.mark.parametrize("m,n,k", [(1, 384, 640), (129, 4096, 4096), (3000, 2176, 7168), (20000, 640, 256)])
+def test_tile_widths(block_n, m, n, k):
+    """Both tile widths of the kernel, called directly (192 is not dispatched until measured):
+    N not a multiple of 192, tiles straddling two 128-column scale blocks."""
+    mod = _ext.load("_C_gemm_sm90")[0]
+    qa, sa, qb, sb = _operands(m, n, k, zero_blocks=True)
+    sb = sb * torch.rand_like(sb).add(0.5)  # distinct scales per 128-column block
+    bias = torch.randn(n, device="cuda")
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, block_n)
+    assert torch.isfinite(out.float()).all(), "output not fully written"
+    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3

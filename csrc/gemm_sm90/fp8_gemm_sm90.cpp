@@ -10,7 +10,7 @@
 namespace {
 
 void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::Tensor& b, const torch::Tensor& sb,
-                 const c10::optional<torch::Tensor>& bias, torch::Tensor& d) {
+                 const c10::optional<torch::Tensor>& bias, torch::Tensor& d, int64_t block_n) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda() && d.is_cuda(), "fp8_gemm_nt: CUDA tensors expected");
   TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn, "a, b must be e4m3");
   TORCH_CHECK(sa.scalar_type() == at::kFloat && sb.scalar_type() == at::kFloat, "scales must be fp32");
@@ -35,8 +35,8 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   p.K = static_cast<int>(K);
   c10::cuda::CUDAGuard guard(a.device());
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), sms,
-                                          at::cuda::getCurrentCUDAStream());
+  const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0),
+                                          static_cast<int>(block_n), sms, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == nullptr, "fp8_gemm_nt (sm90): ", err ? err : "");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -45,6 +45,7 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "SM90 wgmma/TMA blockwise FP8 GEMM (see csrc/gemm_sm90)";
-  m.def("fp8_gemm_nt", &fp8_gemm_nt, "D = blockwise-scaled A @ B^T + bias (bf16 out)");
+  m.def("fp8_gemm_nt", &fp8_gemm_nt, "D = blockwise-scaled A @ B^T + bias (bf16 out)", py::arg("a"), py::arg("sa"),
+        py::arg("b"), py::arg("sb"), py::arg("bias"), py::arg("d"), py::arg("block_n") = 128);
   m.def("smem_bytes", &ltx_gemm_sm90::smem_bytes);
 }

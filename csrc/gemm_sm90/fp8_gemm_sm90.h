@@ -20,9 +20,10 @@ struct Params {
 };
 
 // nullptr on success, else why it could not launch. a: [M, K] e4m3 (row stride lda bytes),
-// b: [N, K] e4m3 (row stride ldb bytes); N, K multiples of 128; 16-byte aligned bases and strides.
-const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
+// b: [N, K] e4m3 (row stride ldb bytes); N, K multiples of 128; 16-byte aligned bases and strides;
+// block_n (output columns per tile) 128 or 192.
+const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int block_n, int num_sms,
                    cudaStream_t stream);
-int smem_bytes();
+int smem_bytes(int block_n);
 
 }  // namespace ltx_gemm_sm90
