@@ -287,12 +287,16 @@ const char* launch_bn(const Params& p, const void* a, int64_t lda, const void* b
   CUtensorMap ma, mb;
   if (const char* e = make_map(&ma, a, p.M, p.K, lda, BM)) return e;
   if (const char* e = make_map(&mb, b, p.N, p.K, ldb, BN)) return e;
-  static bool attr_set = false;
-  if (!attr_set) {
+  // the shared-memory opt-in is per device: remember it for each one
+  static unsigned long long attr_set = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
+  const unsigned long long bit = 1ull << (dev & 63);
+  if (!(attr_set & bit)) {
     if (cudaFuncSetAttribute(fp8_gemm_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes_for<BN>()) !=
         cudaSuccess)
       return "cudaFuncSetAttribute(max dynamic shared memory) failed";
-    attr_set = true;
+    attr_set |= bit;
   }
   const int tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
   const int grid = tiles < num_sms ? tiles : num_sms;
