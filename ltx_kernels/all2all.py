@@ -13,7 +13,9 @@ Backends:
   buffer; an entry handshake and monotonically increasing epochs order back-to-back ops; a peer
   that does not arrive within ``timeout_seconds`` makes the kernel exit and the host raise
   :class:`All2AllTimeout` naming it (the CUDA context stays usable). ``copy_out=False`` returns a
-  view of this rank's buffer, valid until the next op on this instance (as upstream).
+  view of this rank's buffer, valid until the next op on this instance (as upstream). Issue one
+  instance's ops in stream order (one stream, or streams synchronised between ops): each launch
+  reads the epoch its predecessor left on the device.
 * ``"torch"``: the same semantics through ``torch.distributed`` (``all_to_all_single`` /
   ``all_gather``: NCCL on GPUs, gloo on CPU); for multi-node groups, GPUs without peer access
   and CPU. Always returns fresh tensors.

@@ -126,3 +126,7 @@ def test_single_rank_without_distributed():
     assert torch.equal(a2a.allgather(x), x)
     with pytest.raises(ValueError, match="torch.distributed"):
         lk.All2All(0, 2, 10, 32, 2, torch.bfloat16, device="cpu")
+    with pytest.raises(ValueError, match="world_size must be <= 8"):
+        lk.All2All.local_ranks(9, 10, 32, 9, torch.bfloat16, device="cpu")
+    with pytest.raises(ValueError, match="num_sms must be >= world_size"):
+        lk.All2All.local_ranks(4, 10, 32, 2, torch.bfloat16, device="cpu")
