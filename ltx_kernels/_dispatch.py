@@ -102,8 +102,10 @@ class Op:
 
 
 def signature(args) -> tuple:
-    """What a backend's reasons and a wrapper's checks can depend on, hashable."""
-    return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+    """What a backend's reasons and a wrapper's checks can depend on, hashable (the base pointer's
+    16-byte alignment too: TMA paths need it)."""
+    return tuple((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a
+                 for a in args)
 
 
 class Validated:

@@ -86,3 +86,18 @@ def test_config_cache_round_trip(tmp_path, monkeypatch):
     assert tuning.lookup("k", (1, 2)) == {"BLOCK": 8}
     assert list(tmp_path.glob("*.json"))
     tuning._memory.clear()
+
+
+def test_backend_memo_keys_on_alignment():
+    """The per-signature backend memo must not reuse a choice made for differently aligned data."""
+    from ltx_kernels._dispatch import Op, signature
+
+    op = Op("probe")
+    op.register("torch")(lambda x: "torch")
+    op.register("triton", reasons=lambda x: [] if x.data_ptr() % 16 == 0 else ["misaligned"])(lambda x: "triton")
+    base = torch.zeros(64, dtype=torch.uint8)
+    aligned = base[:16] if base.data_ptr() % 16 == 0 else base[16 - base.data_ptr() % 16:][:16]
+    shifted = base[aligned.storage_offset() + 1:][:16]
+    assert signature((aligned,)) != signature((shifted,))
+    assert op("auto", aligned) == "triton"
+    assert op("auto", shifted) == "torch"
