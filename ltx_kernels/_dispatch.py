@@ -91,7 +91,10 @@ class Op:
         # The choice depends only on the arguments' signature (shapes, strides, dtypes, devices,
         # flags) and the environment, so it is memoised per signature: select() walks every
         # backend's reasons and costs tens of microseconds.
-        key = (resolve_backend_name(backend), signature(args))
+        sig = signature(args)
+        if sig is None:
+            return self.select(backend, *args).fn(*args)
+        key = (resolve_backend_name(backend), sig)
         b = self._memo.get(key)
         if b is None:
             b = self.select(backend, *args)
@@ -103,7 +106,10 @@ class Op:
 
 def signature(args) -> tuple:
     """What a backend's reasons and a wrapper's checks can depend on, hashable (the base pointer's
-    16-byte alignment too: TMA paths need it)."""
+    16-byte alignment too: TMA paths need it). None while torch.compile traces (fake tensors have
+    no data pointer; the memos are an eager-mode shortcut)."""
+    if torch.compiler.is_compiling():
+        return None
     return tuple((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a
                  for a in args)
 
@@ -115,9 +121,11 @@ class Validated:
         self._seen: dict = {}
 
     def get(self, key):
-        return self._seen.get(key)
+        return None if key is None else self._seen.get(key)
 
     def put(self, key, value=True):
+        if key is None:
+            return value
         if len(self._seen) > 4096:
             self._seen.clear()
         self._seen[key] = value

@@ -107,7 +107,7 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    key = ("interleaved",) + signature((x, cos_freqs, sin_freqs, weights, eps))
+    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps))
     eps = _checked.get(key) or _checked.put(key, _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps))
     return call(_rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
 
@@ -184,6 +184,6 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    key = ("split",) + signature((x, cos_freqs, sin_freqs, weights, eps))
+    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps))
     eps = _checked.get(key) or _checked.put(key, _validate_split(x, cos_freqs, sin_freqs, weights, eps))
     return call(_rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)

@@ -104,7 +104,7 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
     GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
     """
-    key = ("quantize",) + signature((x, scale_max))
+    key = signature(("quantize", x, scale_max))
     if not _checked.get(key):
         _check_rows("x", x)
         scale_max = _checked.put(key, chk.positive_finite("scale_max", scale_max))
@@ -254,7 +254,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
 
     x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
     """
-    key = ("adanorm",) + signature((x, scale, shift, eps, scale_max))
+    key = signature(("adanorm", x, scale, shift, eps, scale_max))
     if not _checked.get(key):
         _check_rows("x", x)
         _check_modulation("scale", scale, x)
