@@ -1,4 +1,5 @@
 """The upstream import surface (ltx_kernels.blockwise) maps onto the package's ops."""
+import pytest
 import torch
 
 from ltx_kernels import blockwise
@@ -26,3 +27,26 @@ def test_names_and_results(device):
     blockwise.blockwise_quantize_rms_fma_triton(xr, x, sc + 1)
     assert torch.equal(xr, (x.float() * 2).to(torch.bfloat16))
     assert blockwise.FP6_SCALE_MAX == 0.1172 and blockwise.rms_norm_split_rope is not None
+
+
+def test_remaining_upstream_names(device):
+    from ltx_kernels.blockwise import arch, linear
+
+    x = torch.randn(3, 256, device=device, dtype=torch.bfloat16)
+    y = torch.randn(3, 256, device=device, dtype=torch.bfloat16)
+    g = torch.rand(1, 256, device=device, dtype=torch.bfloat16)
+    xr = x.clone()
+    out = triton_ops.rms_fma_triton(xr, y, g)
+    r = (x.float() + y.float() * g.float()).to(torch.bfloat16)
+    assert torch.equal(xr, r) and torch.equal(out, ref.rms_norm(r.float(), 1e-6).to(torch.bfloat16))
+    q, s = triton_ops.rowwise_int_quantize_triton(torch.tensor([[1.0, -2.54, 0.0], [0.0, 0.0, 0.0]]))
+    assert q.dtype == torch.int8 and q[0].tolist() == [50, -127, 0] and q[1].tolist() == [0, 0, 0]
+    assert torch.allclose(s, torch.tensor([2.54 / 127, 1.0]))
+    lin = torch.nn.Linear(256, 128, device=device)
+    layer = linear.BlockwiseLinear.from_linear(lin)
+    assert torch.equal(linear.BlockwiseGemmLinearFunc.apply(x, layer.weight, layer.weight_scale, layer.bias), layer(x))
+    if torch.cuda.is_available():
+        assert arch.get_device_arch() in ("ampere", "ada", "hopper", "blackwell")
+    else:
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            arch.get_device_arch()

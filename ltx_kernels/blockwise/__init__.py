@@ -1,5 +1,5 @@
 """Compatibility surface of upstream ``ltx_kernels.blockwise`` (what ltx-core imports)."""
-from . import functional, linear, triton_ops  # noqa: F401
+from . import arch, functional, linear, triton_ops  # noqa: F401
 from .functional import (  # noqa: F401
     FP6_SCALE_MAX,
     FP8_SCALE_MAX,

@@ -1,9 +1,13 @@
 """Upstream-compatible names of ``ltx_kernels.blockwise.linear`` over this package's GEMM."""
 from __future__ import annotations
 
+import torch
+
 from .. import linear as _lin
 from ..gemm import fp8_gemm_nt
 from ..linear import BlockwiseFP6Linear, BlockwiseFP8Linear  # noqa: F401
+
+BlockwiseLinear = BlockwiseFP8Linear  # upstream's base name for the FP8 layer
 
 
 def blockwise_fp8_gemm(a, b, bias=None, use_fast_accum=True):
@@ -23,3 +27,15 @@ def get_fp8_gemm_nt():
 def blockwise_linear_func(x, weight, weight_scale, bias=None):
     """Functional form of the layers' forward: x a float tensor or a ``(q, scales)`` pair."""
     return _lin.linear_forward(x, weight, weight_scale, bias)
+
+
+class BlockwiseGemmLinearFunc(torch.autograd.Function):
+    """Forward-only, as upstream (inference): ``apply(x, weight, weight_scale, bias)``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, weight_scale, bias=None):
+        return _lin.linear_forward(x, weight, weight_scale, bias)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("blockwise FP8 linears are inference-only (no backward), as upstream")

@@ -2,7 +2,10 @@
 fp32 sums, eps 1e-6, finite scales for zero blocks, any token count."""
 from __future__ import annotations
 
+import torch
+
 from .. import quantize as _q
+from .. import reference as _ref
 
 
 def get_tma_aligned_size(n: int, element_size: int) -> int:
@@ -43,3 +46,23 @@ def blockwise_dequantize(xs):
 
 
 blockwise_dequantize_triton = blockwise_dequantize
+
+
+def rms_fma_triton(x, y, z, eps=1e-6):
+    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` in x's dtype (with eps, which
+    upstream lacked). Composed from torch ops: ltx-core uses the quantizing variant."""
+    x.copy_((x.float() + y.float() * z.float()).to(x.dtype))
+    return _ref.rms_norm(x.float(), eps).to(x.dtype)
+
+
+def rowwise_int_quantize_triton(x, out_dtype=None):
+    """Per-row symmetric int8 quantization: ``(q, scale)`` with ``x ~= q * scale``, scale = amax/127
+    per row (a zero row gets scale 1). Rounds to nearest; upstream's version truncated."""
+    out_dtype = torch.int8 if out_dtype is None else out_dtype
+    if out_dtype != torch.int8:
+        raise TypeError(f"out_dtype must be torch.int8, got {out_dtype}")
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    q = torch.round(xf / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale.squeeze(-1)
