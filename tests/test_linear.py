@@ -82,6 +82,8 @@ def test_tuple_input_and_leading_shapes(cls, device):
     v = torch.randn(256, device=device, dtype=torch.bfloat16)
     assert layer(v).shape == (384,)
     assert layer(x.float()).dtype == torch.bfloat16  # fp32 input is quantized too
+    xt = torch.randn(256, 6, device=device, dtype=torch.bfloat16).t()  # non-contiguous input
+    assert torch.equal(layer(xt), layer(xt.contiguous()))
 
 
 def test_bad_inputs(device):
