@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from ._dispatch import Memo
+
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8 = torch.float8_e4m3fn
 
@@ -79,12 +81,12 @@ def two_level_rows(t: torch.Tensor, lead_shape) -> tuple[torch.Tensor, int, int,
     if hit is not None:  # a map that needed no copy: the base pointer is t's own
         return (t,) + hit
     out = _two_level_rows(t, lead_shape, d)
-    if out[0].data_ptr() == t.data_ptr() and len(_row_maps) < 4096:
-        _row_maps[key] = out[1:]
+    if out[0].data_ptr() == t.data_ptr():
+        _row_maps.put(key, out[1:])
     return out
 
 
-_row_maps: dict = {}
+_row_maps = Memo()
 
 
 def _two_level_rows(t, lead_shape, d):

@@ -40,7 +40,7 @@ class Op:
         self.backends: dict[str, Backend] = {}
         # "auto" tries these in order: compiled extension, Triton, torch.
         self.priority = ("cuda", "triton", "torch")
-        self._memo: dict = {}
+        self._memo = Memo()
 
     def register(self, name: str, reasons: Callable[..., list] | None = None):
         if name not in BACKENDS:
@@ -92,15 +92,8 @@ class Op:
         # flags) and the environment, so it is memoised per signature: select() walks every
         # backend's reasons and costs tens of microseconds.
         sig = signature(args)
-        if sig is None:
-            return self.select(backend, *args).fn(*args)
-        key = (resolve_backend_name(backend), sig)
-        b = self._memo.get(key)
-        if b is None:
-            b = self.select(backend, *args)
-            if len(self._memo) > 4096:
-                self._memo.clear()
-            self._memo[key] = b
+        key = None if sig is None else (resolve_backend_name(backend), sig)
+        b = self._memo.get(key) or self._memo.put(key, self.select(backend, *args))
         return b.fn(*args)
 
 
@@ -114,8 +107,9 @@ def signature(args) -> tuple:
                  for a in args)
 
 
-class Validated:
-    """Memo of argument signatures that passed a wrapper's checks (with what the checks returned)."""
+class Memo:
+    """A bounded dict for per-call shortcuts keyed by :func:`signature`: a ``None`` key (while
+    torch.compile traces) is never stored; past 4096 entries it starts over."""
 
     def __init__(self):
         self._seen: dict = {}

@@ -8,11 +8,11 @@ import torch
 from . import _checks as chk
 from . import _ext
 from . import reference as ref
-from ._dispatch import Op, Validated, call, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, call, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 gemm_op = Op("fp8_gemm_nt")
-_checked = Validated()
+_checked = Memo()
 
 
 @gemm_op.register("torch", reasons=lambda a, sa, b, sb, bias, d: torch_reasons(a, sa, b, sb, bias))

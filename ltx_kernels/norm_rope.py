@@ -7,13 +7,13 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, Validated, call, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, call, signature, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
 interleaved_op = Op("rms_norm_rope")
 split_op = Op("rms_norm_split_rope")
-_checked = Validated()  # the checks depend on shapes/strides/dtypes/devices only
+_checked = Memo()  # the checks depend on shapes/strides/dtypes/devices only
 
 
 def _out_dtype(x: torch.Tensor, out_fp8: bool) -> torch.dtype:

@@ -11,7 +11,7 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, Validated, call, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, call, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -24,7 +24,7 @@ dequantize_op = Op("dequantize_blockwise")
 adanorm_op = Op("quantize_adanorm")
 rms_fma_op = Op("quantize_rms_fma")
 gated_op = Op("gated_attention")
-_checked = Validated()  # argument signatures that passed a wrapper's checks
+_checked = Memo()  # argument signatures that passed a wrapper's checks
 
 
 def _prepare_triton():
