@@ -10,18 +10,6 @@ from ltx_kernels import _ext
 pytestmark = pytest.mark.skipif(_ext.load("_C_all2all")[0] is None, reason="_C_all2all not built")
 
 
-def _run_all(ranks, streams, op, inputs):
-    main = torch.cuda.current_stream()
-    outs = []
-    for a2a, s, x in zip(ranks, streams, inputs):
-        s.wait_stream(main)
-        with torch.cuda.stream(s):
-            outs.append(getattr(a2a, op)(x))
-    for s in streams:
-        main.wait_stream(s)
-    return outs
-
-
 @pytest.mark.parametrize("tokens", [8192, 32768])
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_all2all_send_gather(rec, world, tokens):
@@ -30,12 +18,12 @@ def test_all2all_send_gather(rec, world, tokens):
     ranks = lk.All2All.local_ranks(world, tokens // world, h * d, sms // world, torch.bfloat16)
     streams = [torch.cuda.Stream() for _ in range(world)]
     xs = [torch.randn(1, tokens // world, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(world)]
-    ys = _run_all(ranks, streams, "send_recv_heads", xs)
+    ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)
     ys = [y.clone() for y in ys]  # gather reads its own copy, the buffer is rewritten
 
     def step():
-        _run_all(ranks, streams, "send_recv_heads", xs)
-        _run_all(ranks, streams, "gather_heads", ys)
+        lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)
+        lk.All2All.run_local(ranks, streams, "gather_heads", ys)
 
     total = tokens * h * d * 2
     src = torch.randn(total // 2, device="cuda", dtype=torch.bfloat16)

@@ -147,15 +147,7 @@ def _all2all_section(torch, cuda: bool, bench: bool) -> int:
     xs = [torch.randn(1, c, h, d, device="cuda", dtype=torch.bfloat16) for c in counts]
 
     def run(op, inputs, copy_out=True):
-        main = torch.cuda.current_stream()
-        outs = []
-        for a, s, x in zip(ranks, streams, inputs):
-            s.wait_stream(main)
-            with torch.cuda.stream(s):
-                outs.append(getattr(a, op)(x, copy_out=copy_out))
-        for s in streams:
-            main.wait_stream(s)
-        return outs
+        return All2All.run_local(ranks, streams, op, inputs, copy_out=copy_out)
 
     ys = run("send_recv_heads", xs)
     back = run("gather_heads", ys)

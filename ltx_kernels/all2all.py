@@ -192,6 +192,20 @@ class All2All:
         dist = _dist()
         return [] if dist.is_available() and dist.is_initialized() else ["torch.distributed is not initialised"]
 
+    @staticmethod
+    def run_local(ranks, streams, op, inputs, **kwargs):
+        """Issue ``op`` for every rank of :meth:`local_ranks` on its own stream (their kernels
+        wait for each other, so they must run concurrently), joined back into the current stream."""
+        main = torch.cuda.current_stream()
+        outs = []
+        for a2a, s, x in zip(ranks, streams, inputs):
+            s.wait_stream(main)
+            with torch.cuda.stream(s):
+                outs.append(getattr(a2a, op)(x, **kwargs))
+        for s in streams:
+            main.wait_stream(s)
+        return outs
+
     def _setup_cuda_common(self):
         mod, why = _ext.load("_C_all2all")
         if mod is None:
@@ -292,13 +306,7 @@ class All2All:
         return _call("allgather", x, self, copy_out)
 
     def out_shape(self, op, shape):
-        b, n, h, d = shape
-        w, t = self.world_size, sum(self.counts)
-        if op == "send_recv_heads":
-            return (b, t, h // w, d)
-        if op == "gather_heads":
-            return (b, self.counts[self.rank], h * w, d)
-        return (b, t, h, d)
+        return _out_shape(op, shape, self.counts, self.rank)
 
     # ------------------------------------------------------------------ errors and teardown
     def check(self):
@@ -432,13 +440,21 @@ def _impl(op):
     return run
 
 
+def _out_shape(op, shape, counts, rank):
+    """The output shape of ``op`` on rank ``rank`` for an input ``shape``: one rule for the real
+    ops and their fakes, exact for uneven counts."""
+    b, n, h, d = shape
+    w, t = len(counts), sum(counts)
+    if op == "send_recv_heads":
+        return (b, t, h // w, d)
+    if op == "gather_heads":
+        return (b, counts[rank], h * w, d)
+    return (b, t, h, d)
+
+
 def _fake(op):
     def fake(x, comm_id, counts, rank, copy_out):
-        b, n, h, d = x.shape
-        w, t = len(counts), sum(counts)
-        shape = {"send_recv_heads": (b, t, h // w, d), "gather_heads": (b, counts[rank], h * w, d),
-                 "allgather": (b, t, h, d)}[op]
-        return x.new_empty(shape)
+        return x.new_empty(_out_shape(op, x.shape, counts, rank))
 
     return fake
 

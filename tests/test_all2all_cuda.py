@@ -21,19 +21,6 @@ def _same(a, b):
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
-def _run_all(ranks, streams, op, inputs, **kw):
-    """Launch every rank's op on its own stream (the kernels wait for each other), then join."""
-    main = torch.cuda.current_stream()
-    outs = []
-    for a2a, s, x in zip(ranks, streams, inputs):
-        s.wait_stream(main)
-        with torch.cuda.stream(s):
-            outs.append(getattr(a2a, op)(x, **kw))
-    for s in streams:
-        main.wait_stream(s)
-    return outs
-
-
 def _local(world, seqlen, hidden, dtype, timeout=10.0):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ranks = lk.All2All.local_ranks(world, seqlen, hidden, max(world, sms // world), dtype, timeout)
@@ -51,12 +38,12 @@ def test_local_ranks_layouts_and_round_trips(world, dtype, b):
         a.set_rank_tokens(counts)
     xs = [(torch.randn(b, c, h, d, device="cuda") * 50).to(dtype) for c in counts]
     for it in range(3):  # back-to-back ops on the same instances
-        ys = _run_all(ranks, streams, "send_recv_heads", xs, copy_out=True)
+        ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs, copy_out=True)
         want = ref.send_recv_heads(xs)
         assert all(_same(y, w) for y, w in zip(ys, want)), it
-        back = _run_all(ranks, streams, "gather_heads", ys)
+        back = lk.All2All.run_local(ranks, streams, "gather_heads", ys)
         assert all(_same(o, x) for o, x in zip(back, xs)), it
-        ag = _run_all(ranks, streams, "allgather", xs)
+        ag = lk.All2All.run_local(ranks, streams, "allgather", xs)
         assert all(_same(o, w) for o, w in zip(ag, ref.allgather(xs))), it
     for a in ranks:
         a.check()
@@ -68,7 +55,7 @@ def test_odd_row_bytes_and_views():
     for a in ranks:
         a.set_rank_tokens([3, 4])
     xs = [torch.randn(1, c, 2, 5, device="cuda").to(FP8) for c in (3, 4)]  # 5-byte rows
-    ys = _run_all(ranks, streams, "send_recv_heads", xs)
+    ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)
     assert all(_same(y, w) for y, w in zip(ys, ref.send_recv_heads(xs)))
     for a in ranks:
         a.destroy()
@@ -90,7 +77,7 @@ def test_timeout_exits_kernel_and_context_survives():
     torch.cuda.synchronize()
     fresh, fs = _local(2, 64, 256, torch.bfloat16)
     xs = [x, x + 1]
-    ys = _run_all(fresh, fs, "send_recv_heads", xs)
+    ys = lk.All2All.run_local(fresh, fs, "send_recv_heads", xs)
     assert all(_same(y, w) for y, w in zip(ys, ref.send_recv_heads(xs)))
     for a in ranks + fresh:
         a.destroy()
@@ -102,13 +89,13 @@ def test_cuda_graph_capture_and_replay():
     for a in ranks:
         a.set_rank_tokens(counts)
     xs = [torch.randn(1, c, 8, 128, device="cuda", dtype=torch.bfloat16) for c in counts]
-    _run_all(ranks, streams, "send_recv_heads", xs)  # warm
+    lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)  # warm
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     main = torch.cuda.Stream()
     with torch.cuda.graph(g, stream=main):
-        ys = _run_all(ranks, streams, "send_recv_heads", xs, copy_out=True)
-        back = _run_all(ranks, streams, "gather_heads", ys, copy_out=True)
+        ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs, copy_out=True)
+        back = lk.All2All.run_local(ranks, streams, "gather_heads", ys, copy_out=True)
     for it in range(3):  # epochs advance on the device, so replays stay in step
         for x in xs:
             x.copy_(torch.randn_like(x))
