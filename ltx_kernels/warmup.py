@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from ltx_kernels.triton import cdiv, next_pow2
+from ltx_kernels.triton import next_pow2
 
 # (N, K) of every quantized linear in LTX-2 (video 4096/16384, audio 2048/8192, a2v/v2a cross 2048<->4096)
 LTX2_NK = [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048), (8192, 2048), (2048, 8192),
@@ -99,14 +99,8 @@ def _memory_jobs(dev):
             x = torch.randn(t, k, device=dev, dtype=torch.bfloat16)
             q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
             s = kq.scale_buffer(t, k // 128, dev)
-
-            def run(cfg):
-                grid = (cdiv(s.shape[1], cfg["BLOCK_M"]), cdiv(k // 128, cfg["BLOCK_KB"]))
-                return lambda: kq._quantize_kernel[grid](
-                    x, q, s, t, s.shape[1], k // 128, x.stride(0), q.stride(0), s.stride(0), 448.0, GELU=False,
-                    AMAX_FLOOR=2.0 ** -96, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=cfg["BLOCK_KB"],
-                    num_warps=cfg["num_warps"])
-            return kq._chunk_candidates(k // 128), run, 0.0
+            return (kq._chunk_candidates(k // 128),
+                    lambda cfg: (lambda: kq.quantize(x, q, s, 448.0, False, cfg=cfg)), 0.0)
 
         yield "quantize", ("plain", k, "torch.bfloat16", False), f"quantize k={k}", quant
 
@@ -126,14 +120,8 @@ def _memory_jobs(dev):
             lg = torch.randn(t, nh, device=dev, dtype=torch.bfloat16)
             q = torch.empty(t, k, device=dev, dtype=torch.float8_e4m3fn)
             s = kq.scale_buffer(t, k // 128, dev)
-
-            def run(cfg):
-                grid = (cdiv(s.shape[1], cfg["BLOCK_M"]), cdiv(k // 128, cfg["BLOCK_KB"]))
-                return lambda: kq._gated_kernel[grid](
-                    x, lg, q, s, t, s.shape[1], k // 128, nh, x.stride(0), lg.stride(0), q.stride(0), s.stride(0),
-                    448.0, HD=k // nh, QUANTIZE=True, AMAX_FLOOR=2.0 ** -96, BLOCK_M=cfg["BLOCK_M"],
-                    BLOCK_KB=cfg["BLOCK_KB"], num_warps=cfg["num_warps"])
-            return kq._chunk_candidates(k // 128), run, 0.0
+            return (kq._chunk_candidates(k // 128),
+                    lambda cfg: (lambda: kq.gated_attention(x, lg, q, s, nh, 448.0, True, cfg=cfg)), 0.0)
 
         yield "quantize", ("gated", k, 32, "torch.bfloat16", True), f"gated_attention k={k}", gated
 
