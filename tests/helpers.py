@@ -1,6 +1,9 @@
 """Comparison helpers: tolerances are stated in units of the output format's rounding step."""
 import torch
 
+import ltx_kernels as lk
+from ltx_kernels import reference as ref
+
 FP8 = torch.float8_e4m3fn
 
 
@@ -42,3 +45,28 @@ def assert_codes_equal(q: torch.Tensor, qr: torch.Tensor):
     assert q.shape == qr.shape and q.dtype == qr.dtype == FP8
     diff = q.view(torch.uint8) != qr.view(torch.uint8)
     assert not diff.any(), f"{int(diff.sum())} of {q.numel()} fp8 codes differ"
+
+
+# Blockwise FP8 GEMM operands and the issue's oracle, shared by the Triton and SM90 GEMM tests
+
+def gemm_operands(m, n, k, device, zero_blocks=False):
+    a = torch.randn(m, k, device=device) * torch.rand(m, 1, device=device) * 10
+    b = torch.randn(n, k, device=device) * torch.rand(n, 1, device=device)
+    if zero_blocks:
+        a[:, :128] = 0
+        b[:128, 128:256 if k > 128 else 128] = 0
+    qa, sa = lk.quantize_blockwise(a, backend="torch")
+    qb, sb = lk.quantize_weights_blockwise(b, backend="torch")
+    return qa, sa, qb, sb
+
+
+def rel_err(d, want):
+    return float((d.float() - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def gemm_reference(qa, sa, qb, sb, bias):
+    """fp32 reference of the dequantized operands (the issue's oracle)."""
+    m, k = qa.shape
+    a = qa.float() * ref.expand_scales(sa, m, k)
+    b = qb.float() * ref.expand_scales(sb, qb.shape[0], k)
+    return a @ b.t() + (bias if bias is not None else 0)

@@ -5,42 +5,21 @@ import ltx_kernels as lk
 from ltx_kernels import reference as ref
 from ltx_kernels.triton import prepare
 
+from helpers import gemm_operands, gemm_reference, rel_err
+
 FP8 = torch.float8_e4m3fn
-
-
-def _operands(m, n, k, device, zero_blocks=False):
-    a = torch.randn(m, k, device=device) * torch.rand(m, 1, device=device) * 10
-    b = torch.randn(n, k, device=device) * torch.rand(n, 1, device=device)
-    if zero_blocks:
-        a[:, :128] = 0
-        b[:128, 128:256 if k > 128 else 128] = 0
-    qa, sa = lk.quantize_blockwise(a, backend="torch")
-    qb, sb = lk.quantize_weights_blockwise(b, backend="torch")
-    return qa, sa, qb, sb
-
-
-def _rel_err(d, want):
-    return float((d.float() - want).norm() / want.norm().clamp_min(1e-30))
-
-
-def _dequant_ref(qa, sa, qb, sb, bias):
-    """fp32 reference of the dequantized operands (the issue's oracle)."""
-    m, k = qa.shape
-    a = qa.float() * ref.expand_scales(sa, m, k)
-    b = qb.float() * ref.expand_scales(sb, qb.shape[0], k)
-    return a @ b.t() + (bias if bias is not None else 0)
 
 
 @pytest.mark.parametrize("m", [1, 7, 130])
 @pytest.mark.parametrize("n,k", [(128, 128), (256, 384), (384, 256)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_matches_dequantized_reference(device, m, n, k, with_bias):
-    qa, sa, qb, sb = _operands(m, n, k, device)
+    qa, sa, qb, sb = gemm_operands(m, n, k, device)
     bias = torch.randn(n, device=device) if with_bias else None
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)  # poisoned
     lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="triton")
     assert torch.isfinite(out.float()).all()
-    assert _rel_err(out, _dequant_ref(qa, sa, qb, sb, bias)) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
 @pytest.mark.parametrize("tma,pipeline,bm,bn", [(False, False, 64, 128), (True, False, 64, 256),
@@ -50,14 +29,14 @@ def test_every_kernel_variant(device, tma, pipeline, bm, bn):
     from ltx_kernels.triton import fp8_gemm as kg
 
     m, n, k = 70, 384, 384
-    qa, sa, qb, sb = _operands(m, n, k, device, zero_blocks=True)
+    qa, sa, qb, sb = gemm_operands(m, n, k, device, zero_blocks=True)
     bias = torch.randn(n, device=device)
     d = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 2, "num_warps": 4, "num_stages": 3,
            "USE_TMA": tma, "PIPELINE": pipeline}
     kg.fp8_gemm_nt(qa, sa, qb, sb, bias, d, cfg)
     assert torch.isfinite(d.float()).all()
-    assert _rel_err(d, _dequant_ref(qa, sa, qb, sb, bias)) <= 3e-3
+    assert rel_err(d, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
 @pytest.mark.parametrize("bm,bn", [(64, 128), (128, 256), (128, 128)])
@@ -66,7 +45,7 @@ def test_persistent_variant(device, bm, bn):
     from ltx_kernels.triton import fp8_gemm as kg
 
     m, n, k = 300, 640, 384  # more tiles than the interpreter's 4 "SMs": every program loops
-    qa, sa, qb, sb = _operands(m, n, k, device, zero_blocks=True)
+    qa, sa, qb, sb = gemm_operands(m, n, k, device, zero_blocks=True)
     if not kg.tma_supported(qa):
         pytest.skip("TMA descriptors not available here")
     bias = torch.randn(n, device=device)
@@ -75,14 +54,14 @@ def test_persistent_variant(device, bm, bn):
            "USE_TMA": True, "PIPELINE": False, "PERSISTENT": True}
     kg.fp8_gemm_nt(qa, sa, qb, sb, bias, d, cfg)
     assert torch.isfinite(d.float()).all()
-    assert _rel_err(d, _dequant_ref(qa, sa, qb, sb, bias)) <= 3e-3
+    assert rel_err(d, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
 def test_zero_blocks_and_nontrivial_scales(device):
-    qa, sa, qb, sb = _operands(33, 256, 384, device, zero_blocks=True)
+    qa, sa, qb, sb = gemm_operands(33, 256, 384, device, zero_blocks=True)
     sa = sa * 3.0  # non-trivial values, and row-major strides instead of the M-major layout
     out = lk.fp8_gemm_nt(qa, sa, qb, sb, backend="triton")
-    assert _rel_err(out, _dequant_ref(qa, sa, qb, sb, None)) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
 
 
 def test_saturated_operands_do_not_overflow(device):
@@ -97,13 +76,13 @@ def test_saturated_operands_do_not_overflow(device):
 
 
 def test_torch_backend_and_default(device):
-    qa, sa, qb, sb = _operands(5, 128, 256, device)
+    qa, sa, qb, sb = gemm_operands(5, 128, 256, device)
     a = lk.fp8_gemm_nt(qa, sa, qb, sb, backend="torch")
     assert torch.equal(a, ref.fp8_gemm_nt(qa, sa, qb, sb))
 
 
 def test_bad_inputs(device):
-    qa, sa, qb, sb = _operands(4, 128, 256, device)
+    qa, sa, qb, sb = gemm_operands(4, 128, 256, device)
     with pytest.raises(ValueError, match="K differs"):
         lk.fp8_gemm_nt(qa, sa, qb[:, :128], sb[:, :1])
     with pytest.raises(ValueError, match="multiple of 128"):

@@ -4,7 +4,8 @@ import torch
 
 import ltx_kernels as lk
 from ltx_kernels import _ext
-from ltx_kernels import reference as ref
+
+from helpers import gemm_operands, gemm_reference, rel_err
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or _ext.load("_C_gemm_sm90")[0] is None
@@ -12,42 +13,24 @@ pytestmark = pytest.mark.skipif(
     reason="needs an sm_90 GPU and the _C_gemm_sm90 extension")
 
 
-def _operands(m, n, k, zero_blocks=False):
-    a = torch.randn(m, k, device="cuda") * torch.rand(m, 1, device="cuda").add(0.1)
-    if zero_blocks and m > 1:
-        a[1, :128] = 0
-    qa, sa = lk.quantize_blockwise(a)
-    qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda") * 0.02)
-    return qa, sa, qb, sb
-
-
-def _rel_err(out, qa, sa, qb, sb, bias):
-    m, k = qa.shape
-    n = qb.shape[0]
-    want = (qa.float() * ref.expand_scales(sa, m, k)) @ (qb.float() * ref.expand_scales(sb, n, k)).t()
-    if bias is not None:
-        want += bias
-    return float((out.float() - want).norm() / want.norm().clamp_min(1e-30))
-
-
 @pytest.mark.parametrize("m", [1, 64, 129, 3000, 20000])
 @pytest.mark.parametrize("n,k", [(2176, 7168), (384, 640), (4096, 4096)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_shapes(m, n, k, with_bias):
-    qa, sa, qb, sb = _operands(m, n, k, zero_blocks=True)
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     bias = torch.randn(n, device="cuda") if with_bias else None
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
     lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
     assert torch.isfinite(out.float()).all(), "output not fully written"
-    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
 def test_auto_picks_cuda_and_strided_scales():
-    qa, sa, qb, sb = _operands(300, 512, 1024)
+    qa, sa, qb, sb = gemm_operands(300, 512, 1024, "cuda")
     assert lk.gemm.gemm_op.select("auto", qa, sa, qb, sb, None, qa.new_empty(0)).name == "cuda"
     sa_rowmajor = sa.contiguous()  # [M, K/128] row-major instead of the M-major layout
     out = lk.fp8_gemm_nt(qa, sa_rowmajor, qb, sb)
-    assert _rel_err(out, qa, sa, qb, sb, None) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
 
 
 def test_saturated_operands_do_not_overflow():
@@ -62,7 +45,7 @@ def test_saturated_operands_do_not_overflow():
 
 
 def test_cuda_graph_capture():
-    qa, sa, qb, sb = _operands(1000, 1024, 2048)
+    qa, sa, qb, sb = gemm_operands(1000, 1024, 2048, "cuda")
     bias = torch.randn(1024, device="cuda")
     out = torch.empty(1000, 1024, device="cuda", dtype=torch.bfloat16)
     lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
@@ -72,7 +55,7 @@ def test_cuda_graph_capture():
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
-    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
 @pytest.mark.parametrize("block_n", [128, 192])
@@ -81,10 +64,10 @@ def test_tile_widths(block_n, m, n, k):
     """Both tile widths of the kernel, called directly (192 is not dispatched until measured):
     N not a multiple of 192, tiles straddling two 128-column scale blocks."""
     mod = _ext.load("_C_gemm_sm90")[0]
-    qa, sa, qb, sb = _operands(m, n, k, zero_blocks=True)
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     sb = sb * torch.rand_like(sb).add(0.5)  # distinct scales per 128-column block
     bias = torch.randn(n, device="cuda")
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, block_n)
     assert torch.isfinite(out.float()).all(), "output not fully written"
-    assert _rel_err(out, qa, sa, qb, sb, bias) <= 3e-3
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
