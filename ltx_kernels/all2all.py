@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import math
 import socket
 import weakref
 
@@ -275,34 +276,30 @@ class All2All:
                                  self.broken.peer)
         return x.contiguous()
 
-    def _fits(self, what, nbytes):
+    def _check_fits(self, op, x):
+        """Every rank's output of ``op`` (the largest one, for uneven counts) must fit its buffer."""
+        shape = max((_out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)), key=math.prod)
+        nbytes = math.prod(shape) * x.element_size()
         if nbytes > self.capacity:
-            raise ValueError(f"{what} needs {nbytes} bytes but the buffer holds {self.capacity} "
+            raise ValueError(f"{op} output {list(shape)} needs {nbytes} bytes but the buffer holds {self.capacity} "
                              f"(seqlen*hidden_dim = {self.seqlen}*{self.hidden_dim} elements); build the All2All larger")
 
     def send_recv_heads(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H/W, D]`` (this rank's heads of every token)."""
         x = self._check_x("x", x, self.counts[self.rank], True)
-        b, _, h, d = x.shape
-        t = sum(self.counts)
-        self._fits(f"send_recv_heads output [B={b}, T={t}, {h // self.world_size}, {d}]",
-                   b * t * (h // self.world_size) * d * x.element_size())
+        self._check_fits("send_recv_heads", x)
         return _call("send_recv_heads", x, self, copy_out)
 
     def gather_heads(self, y, *, copy_out=False):
         """``[B, T, H/W, D]`` -> ``[B, c_r, H, D]``, the inverse of send_recv_heads."""
         y = self._check_x("y", y, sum(self.counts), False)
-        b, _, hpr, d = y.shape
-        self._fits(f"gather_heads output [B={b}, {max(self.counts)}, H={hpr * self.world_size}, {d}]",
-                   b * max(self.counts) * hpr * self.world_size * d * y.element_size())
+        self._check_fits("gather_heads", y)
         return _call("gather_heads", y, self, copy_out)
 
     def allgather(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H, D]``."""
         x = self._check_x("x", x, self.counts[self.rank], False)
-        b, _, h, d = x.shape
-        self._fits(f"allgather output [B={b}, T={sum(self.counts)}, {h}, {d}]",
-                   b * sum(self.counts) * h * d * x.element_size())
+        self._check_fits("allgather", x)
         return _call("allgather", x, self, copy_out)
 
     def out_shape(self, op, shape):
@@ -350,10 +347,7 @@ class All2All:
         heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
         self._ext.launch(_OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
                          self.num_sms, self.timeout_seconds, self._host_err)
-        n = 1
-        for s in shape:
-            n *= s
-        out = self._buf[: n * x.element_size()].view(self.dtype).view(shape)
+        out = self._buf[: math.prod(shape) * x.element_size()].view(self.dtype).view(shape)
         return out.clone() if copy_out else out
 
     def _wait(self, work, what):
