@@ -278,8 +278,10 @@ class All2All:
 
     def _check_fits(self, op, x):
         """Every rank's output of ``op`` (the largest one, for uneven counts) must fit its buffer."""
-        shape = max((_out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)), key=math.prod)
-        nbytes = math.prod(shape) * x.element_size()
+        shapes = [_out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)]
+        sizes = [math.prod(s) for s in shapes]
+        shape = shapes[sizes.index(max(sizes))]
+        nbytes = max(sizes) * x.element_size()
         if nbytes > self.capacity:
             raise ValueError(f"{op} output {list(shape)} needs {nbytes} bytes but the buffer holds {self.capacity} "
                              f"(seqlen*hidden_dim = {self.seqlen}*{self.hidden_dim} elements); build the All2All larger")
