@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
-#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,warmup,main,bench,block (default: all)
+#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,sm90,warmup,main,bench,block,host
+#   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
+#   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck. host: Python cost per eager call.
 # Writes logs and JSON under OUTDIR; prints a short table last.
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
@@ -34,6 +36,13 @@ if has tests; then
   python3 -m pytest tests -q -x -n 8 -p no:cacheprovider > "$OUTDIR/tests.log" 2>&1; echo "tests rc=$?"
   tail -5 "$OUTDIR/tests.log"
 fi
+if has sm90; then
+  stamp sm90
+  timeout 150 python3 -m pytest tests/test_gemm_sm90.py -q -p no:cacheprovider > "$OUTDIR/sm90_tests.log" 2>&1; echo "sm90 tests rc=$? (124: timed out, a hang)"
+  tail -3 "$OUTDIR/sm90_tests.log"
+  timeout 240 python3 bench/probe_sm90.py --json "$OUTDIR/probe_sm90.json" 2>&1 | tee "$OUTDIR/probe_sm90.log"
+  bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
+fi
 if has warmup; then
   stamp warmup
   python3 -m ltx_kernels.warmup ${WARMUP_ARGS:---quick} > "$OUTDIR/warmup.log" 2>&1; echo "warmup rc=$?"
@@ -56,5 +65,9 @@ if has block; then
   python3 bench/block_accuracy.py --tokens ${BLOCK_TOKENS:-8192} --time --json "$OUTDIR/block_accuracy.json" \
     > "$OUTDIR/block.log" 2>&1; echo "block rc=$?"
   tail -4 "$OUTDIR/block.log"
+fi
+if has host; then
+  stamp host
+  python3 bench/host_overhead.py 2>&1 | tee "$OUTDIR/host_overhead.log"
 fi
 stamp done

@@ -10,14 +10,19 @@ CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 "$CUOBJDUMP" -sass "$SO" > "$OUTDIR/sm90_gemm.sass" 2>&1
 echo "SASS: $(grep -c QGMMA "$OUTDIR/sm90_gemm.sass") QGMMA, $(grep -c UTMALDG "$OUTDIR/sm90_gemm.sass") UTMALDG, $(grep -c 'SYNCS' "$OUTDIR/sm90_gemm.sass") SYNCS (mbarrier) instructions"
 grep -o "QGMMA[.A-Z0-9x]*" "$OUTDIR/sm90_gemm.sass" | sort | uniq -c | head -5
-"$CUOBJDUMP" -res-usage "$SO" 2>&1 | grep -A1 fp8_gemm | tail -2
+# one line per instantiation: fp8_gemm_kernel<BM, BN, CLUSTER> and its registers / shared memory
+"$CUOBJDUMP" -res-usage "$SO" 2>&1 | grep -A1 fp8_gemm_kernel | grep -o "ILi[0-9]*ELi[0-9]*ELi[0-9]\|REG:[0-9]*\|STACK:[0-9]*\|SHARED:[0-9]*" | paste - - - - 
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 "$SAN" --tool memcheck --error-exitcode 9 python3 - > "$OUTDIR/memcheck.log" 2>&1 <<'PY'
 import torch, ltx_kernels as lk
+from ltx_kernels import _ext
+mod = _ext.load("_C_gemm_sm90")[0]
 for m, n, k in ((1, 128, 128), (130, 384, 640), (300, 256, 1024)):
     qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
     qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
-    lk.fp8_gemm_nt(qa, sa, qb, sb, torch.randn(n, device="cuda"), backend="cuda")
+    for cfg in lk.gemm.SM90_TILES:
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        mod.fp8_gemm_nt(qa, sa, qb, sb, torch.randn(n, device="cuda"), d, *cfg)
 torch.cuda.synchronize()
 print("memcheck run done")
 PY

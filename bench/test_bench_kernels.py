@@ -132,27 +132,21 @@ GEMM_SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), 
                (1024, 4096, 4096), (16384, 2048, 2048), (3000, 4096, 4096), (3000, 2176, 7168)]
 
 
-@pytest.mark.parametrize("backend", ["triton", "cuda", "cuda_bn192"])
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
 def test_fp8_gemm(rec, backend, m, n, k):
     qa, sa = lk.quantize_blockwise(torch.randn(m, k, device=DEV))
     qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device=DEV))
     bias = torch.randn(n, device=DEV)
-    reasons = lk.gemm.gemm_op.why_not(qa, sa, qb, sb, bias, qa.new_empty(0))[backend.split("_")[0]]
+    reasons = lk.gemm.gemm_op.why_not(qa, sa, qb, sb, bias, qa.new_empty(0))[backend]
     if reasons:
         pytest.skip("; ".join(reasons))
-    if backend == "cuda_bn192":  # the SM90 kernel's 128x192 tiles, called directly (not dispatched yet)
-        from ltx_kernels import _ext
 
-        mod = _ext.load("_C_gemm_sm90")[0]
+    def gemm(out=None):
+        return lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend=backend)
 
-        def gemm(out=None):
-            out = torch.empty(m, n, device=DEV, dtype=BF16) if out is None else out
-            mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, 192)
-            return out
-    else:
-        def gemm(out=None):
-            return lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend=backend)
+    if backend == "cuda":
+        rec.info["tile"] = "x".join(map(str, lk.gemm.sm90_tile_config(m, n, torch.cuda.get_device_properties(0).multi_processor_count)))
     d = gemm()
     a32 = qa.float() * ref.expand_scales(sa, m, k)
     b32 = qb.float() * ref.expand_scales(sb, n, k)

@@ -1,6 +1,8 @@
 """Public blockwise FP8 GEMM: ``D = sum_kb (sa[m,kb] * sb[n/128,kb]) * (A_kb @ B_kb^T) + bias``."""
 from __future__ import annotations
 
+import functools
+import os
 from typing import Optional
 
 import torch
@@ -35,23 +37,57 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
     r = _ext.reasons("_C_gemm_sm90", a, sa, b, sb, bias, d, arch=(9, 0))
     if r:
         return r
-    # TMA descriptors need 16-byte aligned operand rows; the epilogue stores bf16 pairs
+    if a.shape[1] == 0:
+        r.append("K = 0: nothing to multiply")
+    # TMA descriptors need 16-byte aligned operand rows; the epilogue stores 16-byte row chunks
     if any(t.data_ptr() % 16 or t.stride(0) % 16 for t in (a, b)):
         r.append("a and b need 16-byte aligned bases and row strides (TMA)")
-    if d.numel() and (d.data_ptr() % 4 or d.stride(0) % 2):
-        r.append("out needs a 4-byte aligned base and an even row stride")
+    if d.numel() and (d.data_ptr() % 16 or d.stride(0) % 8):
+        r.append("out needs a 16-byte aligned base and a row stride that is a multiple of 8")
     return r
 
 
-# Output columns per tile of the SM90 kernel. 192 (less operand traffic per FLOP) is built and has
-# GPU tests but is not measured yet, so the dispatcher keeps the validated 128.
-SM90_BLOCK_N = 128
+# The SM90 kernel's instantiations, (block_m, block_n, cluster), with the relative rate of one SM on
+# a tile of each (output elements per unit time, measured on the H200 at large shapes: see
+# bench/probe_sm90.py and bench/results/). cluster 2 pairs horizontally adjacent tiles that share
+# one multicast A tile, halving its L2 -> SM traffic.
+SM90_TILES = {
+    (256, 128, 2): 1.00,
+    (256, 128, 1): 0.85,
+    (128, 128, 2): 0.85,
+    (128, 128, 1): 0.70,
+    (128, 192, 1): 0.78,
+}
+_tile_override = os.environ.get("LTX_KERNELS_SM90_TILE")  # "256,128,2": force one config (benchmarks)
+
+
+def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
+    """The (block_m, block_n, cluster) with the least estimated time for an M x N output on a
+    device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
+    area over its measured rate (so padding and a ragged last wave count against big tiles)."""
+    if _tile_override:
+        return tuple(int(v) for v in _tile_override.split(","))
+
+    def cost(cfg):
+        bm, bn, cl = cfg
+        tiles_n = -(-n // bn)
+        units = -(-m // bm) * -(-tiles_n // cl)
+        waves = -(-units // (num_sms // cl))
+        return waves * bm * bn / SM90_TILES[cfg]
+
+    return min(SM90_TILES, key=cost)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 @gemm_op.register("cuda", reasons=_cuda_reasons)
 def _gemm_cuda(a, sa, b, sb, bias, d):
     mod, _ = _ext.load("_C_gemm_sm90")
-    mod.fp8_gemm_nt(a, sa, b, sb, bias, d, SM90_BLOCK_N)
+    bm, bn, cl = sm90_tile_config(a.shape[0], b.shape[0], _num_sms(a.device.index or 0))
+    mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl)
 
 
 def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,

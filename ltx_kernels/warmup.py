@@ -2,6 +2,7 @@
 
     python -m ltx_kernels.warmup                 # LTX-2 GEMM shapes + the memory-bound kernels
     python -m ltx_kernels.warmup --shapes 3000x4096x4096,1024x2048x2048
+    python -m ltx_kernels.warmup --only adanorm,split   # the jobs whose label has one of these
     python -m ltx_kernels.warmup --check         # what is cached / shipped / missing, no tuning
 
 Configs go to $LTX_KERNELS_CACHE_DIR (default ~/.cache/ltx-kernels), keyed by device name.
@@ -132,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", help="comma-separated MxNxK GEMM shapes instead of the LTX-2 set")
     ap.add_argument("--quick", action="store_true", help="only the GEMM shapes of the H200 anchors")
     ap.add_argument("--gemm-only", action="store_true")
+    ap.add_argument("--only", help="comma-separated substrings: tune only the jobs whose label has one (e.g. adanorm)")
     ap.add_argument("--check", action="store_true", help="report cached/shipped/missing configs, tune nothing")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every candidate's time")
     args = ap.parse_args(argv)
@@ -149,6 +151,9 @@ def main(argv=None) -> int:
     jobs = list(_gemm_jobs(shapes, dev))
     if not args.gemm_only and not args.shapes:
         jobs += list(_memory_jobs(dev))
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        jobs = [j for j in jobs if any(w in j[2] for w in wanted)]
     print(f"device: {tuning.device_name(dev)}; cache: {tuning.cache_dir()}; {len(jobs)} kernel/shape pairs")
     rows, missing = [], 0
     seen = set()

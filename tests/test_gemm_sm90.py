@@ -58,16 +58,38 @@ def test_cuda_graph_capture():
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
-@pytest.mark.parametrize("block_n", [128, 192])
-@pytest.mark.parametrize("m,n,k", [(1, 384, 640), (129, 4096, 4096), (3000, 2176, 7168), (20000, 640, 256)])
-def test_tile_widths(block_n, m, n, k):
-    """Both tile widths of the kernel, called directly (192 is not dispatched until measured):
-    N not a multiple of 192, tiles straddling two 128-column scale blocks."""
+@pytest.mark.parametrize("cfg", sorted(lk.gemm.SM90_TILES), ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("m,n,k", [(1, 384, 640), (100, 384, 256), (129, 4096, 4096), (3000, 2176, 7168),
+                                   (20000, 640, 256), (1000, 128, 384)])
+def test_tile_configs(cfg, m, n, k):
+    """Every instantiation, called directly: N not a multiple of 192, tiles straddling two
+    128-column scale blocks (192), an odd number of column tiles (the cluster's second CTA has no
+    tile), row blocks whose second half lies wholly past M (M = 100 with 256-row tiles)."""
     mod = _ext.load("_C_gemm_sm90")[0]
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     sb = sb * torch.rand_like(sb).add(0.5)  # distinct scales per 128-column block
     bias = torch.randn(n, device="cuda")
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, block_n)
+    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, *cfg)
     assert torch.isfinite(out.float()).all(), "output not fully written"
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
+
+
+def test_output_view_with_row_stride():
+    """out a column slice of a wider tensor (row stride != N): only its columns are written."""
+    qa, sa, qb, sb = gemm_operands(300, 256, 512, "cuda")
+    big = torch.full((300, 512), 7.0, device="cuda", dtype=torch.bfloat16)
+    out = big[:, 128:384]
+    lk.fp8_gemm_nt(qa, sa, qb, sb, out=out, backend="cuda")
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+    assert (big[:, :128] == 7).all() and (big[:, 384:] == 7).all()
+
+
+def test_misaligned_output_falls_back_with_reason():
+    qa, sa, qb, sb = gemm_operands(64, 128, 128, "cuda")
+    big = torch.empty(64, 136, device="cuda", dtype=torch.bfloat16)
+    out = big[:, 4:132]  # 8-byte aligned base
+    why = lk.gemm.gemm_op.why_not(qa, sa, qb, sb, None, out)["cuda"]
+    assert any("16-byte" in r for r in why), why
+    lk.fp8_gemm_nt(qa, sa, qb, sb, out=out)  # auto takes Triton
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3

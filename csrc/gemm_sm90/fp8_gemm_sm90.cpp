@@ -10,11 +10,14 @@
 namespace {
 
 void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::Tensor& b, const torch::Tensor& sb,
-                 const c10::optional<torch::Tensor>& bias, torch::Tensor& d, int64_t block_n) {
+                 const c10::optional<torch::Tensor>& bias, torch::Tensor& d, int64_t block_m, int64_t block_n,
+                 int64_t cluster) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda() && d.is_cuda(), "fp8_gemm_nt: CUDA tensors expected");
   TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn, "a, b must be e4m3");
   TORCH_CHECK(sa.scalar_type() == at::kFloat && sb.scalar_type() == at::kFloat, "scales must be fp32");
   TORCH_CHECK(d.scalar_type() == at::kBFloat16 && d.stride(1) == 1, "d must be bf16 with unit column stride");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(d.data_ptr()) % 16 == 0 && d.stride(0) % 8 == 0,
+              "d needs a 16-byte aligned base and a row stride that is a multiple of 8 elements");
   TORCH_CHECK(a.stride(1) == 1 && b.stride(1) == 1, "a and b need unit stride along K");
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   TORCH_CHECK(K % 128 == 0 && N % 128 == 0 && b.size(1) == K, "N and K must be multiples of 128");
@@ -35,8 +38,9 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   p.K = static_cast<int>(K);
   c10::cuda::CUDAGuard guard(a.device());
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0),
-                                          static_cast<int>(block_n), sms, at::cuda::getCurrentCUDAStream());
+  const ltx_gemm_sm90::TileConfig cfg{static_cast<int>(block_m), static_cast<int>(block_n), static_cast<int>(cluster)};
+  const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), cfg, sms,
+                                          at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == nullptr, "fp8_gemm_nt (sm90): ", err ? err : "");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -46,6 +50,10 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "SM90 wgmma/TMA blockwise FP8 GEMM (see csrc/gemm_sm90)";
   m.def("fp8_gemm_nt", &fp8_gemm_nt, "D = blockwise-scaled A @ B^T + bias (bf16 out)", py::arg("a"), py::arg("sa"),
-        py::arg("b"), py::arg("sb"), py::arg("bias"), py::arg("d"), py::arg("block_n") = 128);
-  m.def("smem_bytes", &ltx_gemm_sm90::smem_bytes);
+        py::arg("b"), py::arg("sb"), py::arg("bias"), py::arg("d"), py::arg("block_m"), py::arg("block_n"),
+        py::arg("cluster"));
+  m.def("smem_bytes", [](int bm, int bn, int c) { return ltx_gemm_sm90::smem_bytes({bm, bn, c}); },
+        "shared memory per CTA of a tile config", py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
+  m.def("stages", [](int bm, int bn, int c) { return ltx_gemm_sm90::stages({bm, bn, c}); },
+        "pipeline stages of a tile config", py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
 }

@@ -19,11 +19,19 @@ struct Params {
   int M, N, K;
 };
 
+// Output tile and cluster of one kernel instantiation: (block_m, block_n, cluster) is one of
+// (128, 128, 1 or 2), (128, 192, 1), (256, 128, 1 or 2). cluster 2 pairs horizontally adjacent tiles
+// that share (and multicast) their A tile.
+struct TileConfig {
+  int block_m, block_n, cluster;
+};
+
 // nullptr on success, else why it could not launch. a: [M, K] e4m3 (row stride lda bytes),
-// b: [N, K] e4m3 (row stride ldb bytes); N, K multiples of 128; 16-byte aligned bases and strides;
-// block_n (output columns per tile) 128 or 192.
-const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int block_n, int num_sms,
-                   cudaStream_t stream);
-int smem_bytes(int block_n);
+// b: [N, K] e4m3 (row stride ldb bytes); N, K multiples of 128; 16-byte aligned bases and strides
+// for a, b and d.
+const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, const TileConfig& cfg,
+                   int num_sms, cudaStream_t stream);
+int smem_bytes(const TileConfig& cfg);
+int stages(const TileConfig& cfg);
 
 }  // namespace ltx_gemm_sm90

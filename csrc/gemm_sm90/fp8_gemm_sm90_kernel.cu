@@ -1,16 +1,19 @@
 // Blockwise FP8 GEMM for sm_90a: D[M, N] (bf16) = sum_kb sa[m, kb] * sb[n/128, kb] * (A_kb . B_kb^T) + bias.
 //
-// Persistent and warp-specialized, in the style of DeepGEMM: one CTA per SM walks the output tiles
-// (128 x BN with BN = 128 or 192, grouped so neighbouring CTAs share B panels in L2). Warpgroup 0 is
-// the producer: one thread issues TMA loads of the A and B tiles (128 x 128 and BN x 128 fp8,
-// 128-byte swizzle) into a
-// kStages-deep ring of shared-memory stages guarded by "full" / "empty" mbarriers. Warpgroups 1 and
-// 2 are consumers, 64 rows each: per 128-wide K block they run four wgmma m64nBNk32 (e4m3 x e4m3,
-// fp32 accumulate) into a fresh accumulator, release the stage, and promote it into the fp32 total
-// with the block's scales (sa per row, sb per 128 columns), so accumulation never happens in
-// reduced precision beyond one 128-K block. Epilogue: fp32 bias, one bf16 rounding, direct stores
-// predicated on M and N (TMA zero-fills operand rows past M / N). N and K must be multiples of 128
-// (checked on the host, in Python).
+// Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
+// BM x BN (BM = 128 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels in
+// L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
+// swizzle) into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER = 2 the two
+// CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half of the A
+// tile and multicasts it to both, which halves the L2 -> SM traffic for A; consumers then release a
+// stage to both CTAs' producers. Warpgroups 1 and 2 are consumers with BM/2 rows each, done as
+// BM/128 waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32
+// accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's scales
+// (sa per row, sb per 128 columns), so nothing accumulates in the tensor cores' reduced precision
+// beyond one 128-K block. While one consumer promotes, the other's wgmma keeps the tensor cores
+// busy. Epilogue: fp32 bias, one bf16 rounding, the tile staged through XOR-swizzled shared memory
+// (no bank conflicts) and written with 16-byte stores predicated on M and N. TMA zero-fills operand
+// rows past M / N. N and K must be multiples of 128 (checked on the host, in Python).
 #include "fp8_gemm_sm90.h"
 
 #include <cuda_bf16.h>
@@ -20,22 +23,31 @@
 namespace ltx_gemm_sm90 {
 namespace {
 
-constexpr int BM = 128, BK = 128;
+constexpr int BK = 128;
 constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kGroupM = 8;
+constexpr int kSmemLimit = 232448;  // sm_90 opt-in maximum per block (227 KB)
 
-// BN = 128 or 192 output columns per tile. 192 reads 40 KB of operands per 6.3 MFLOP instead of
-// 32 KB per 4.2 (less L2->SM traffic per FLOP); its 96 + 96 accumulator registers still fit.
-template <int BN>
+template <int BM, int BN, int CLUSTER>
 struct Config {
-  static constexpr int kStages = BN == 128 ? 6 : 5;
+  static_assert(BM == 128 || BM == 256, "BM is 128 or 256");
+  static_assert(BN == 128 || (BN == 192 && BM == 128), "BN is 128, or 192 with BM = 128 (registers)");
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+  static constexpr int kWaves = BM / 128;  // 64-row waves per consumer warpgroup
+  static constexpr int kStageBytes = (BM + BN) * BK;
+  static constexpr int kStagingBytes = 64 * BN * 2;  // one 64-row bf16 wave per consumer
+  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingBytes - 2048) / kStageBytes;
+  static constexpr int kStages = kFit < 6 ? kFit : 6;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
+    uint8_t staging[kConsumers][kStagingBytes];
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + slack to align the base
+  static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "tile does not fit in shared memory");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -51,7 +63,19 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 }
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)));
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive on the barrier at the same offset in CTA `cta` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
 }
 
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
@@ -62,7 +86,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra LTX_WAIT_%=;\n"
       "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity));
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(const CUtensorMap* map, uint64_t* bar, void* dst, int c_inner, int c_row) {
@@ -70,6 +109,17 @@ __device__ __forceinline__ void tma_load_2d(const CUtensorMap* map, uint64_t* ba
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
           smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c_inner), "r"(c_row), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// The same box written to the same shared-memory offset of every CTA in `mask`, each CTA's barrier
+// at `bar`'s offset receiving the bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(const CUtensorMap* map, uint64_t* bar, void* dst, int c_inner,
+                                                      int c_row, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c_inner), "r"(c_row), "r"(smem_addr(bar)), "h"(mask)
       : "memory");
 }
 
@@ -126,50 +176,69 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 
-__device__ __forceinline__ void tile_coords(int tile, int num_m, int num_n, int& m_blk, int& n_blk) {
-  const int per_group = kGroupM * num_n;
-  const int group = tile / per_group;
+// Work unit u -> (row block, column group); a column group is CLUSTER adjacent column blocks, one per
+// CTA of a cluster. Groups of kGroupM row blocks walk the columns together (L2 reuse of B).
+__device__ __forceinline__ void unit_coords(int unit, int num_m, int num_groups, int& m_blk, int& n_grp) {
+  const int per_group = kGroupM * num_groups;
+  const int group = unit / per_group;
   const int first_m = group * kGroupM;
   const int size_m = min(num_m - first_m, kGroupM);
-  m_blk = first_m + (tile % per_group) % size_m;
-  n_blk = (tile % per_group) / size_m;
+  m_blk = first_m + (unit % per_group) % size_m;
+  n_grp = (unit % per_group) / size_m;
 }
 
-template <int BN>
+template <int BM, int BN, int CLUSTER>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, Params p) {
-  constexpr int kStages = Config<BN>::kStages;
-  constexpr int NJ = BN / 8;  // 8-column chunks of a wgmma accumulator row
-  using Smem = typename Config<BN>::Smem;
-  extern __shared__ uint8_t smem_raw[];
+  using Cfg = Config<BM, BN, CLUSTER>;
+  constexpr int kStages = Cfg::kStages, kWaves = Cfg::kWaves;
+  constexpr int NJ = BN / 8;        // 8-column chunks of a wgmma accumulator row
+  constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
+  using Smem = typename Cfg::Smem;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
-  const int num_m = (p.M + BM - 1) / BM, num_n = (p.N + BN - 1) / BN, num_tiles = num_m * num_n;
+  const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int cluster_id = blockIdx.x / CLUSTER, num_clusters = gridDim.x / CLUSTER;
+  const int num_m = (p.M + BM - 1) / BM, num_n = (p.N + BN - 1) / BN;
+  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, num_units = num_m * num_groups;
   const int kblocks = p.K / BK, nblocks128 = p.N / 128;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.full[i], 1);
-      mbar_init(&s.empty[i], kConsumers * 4);  // lane 0 of every consumer warp
+      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  __syncthreads();
+  // the peer must not multicast into, or arrive on, barriers that are not initialised yet
+  if constexpr (CLUSTER > 1) cluster_sync();
+  else __syncthreads();
 
   if (wg == 0) {  // producer
     setmaxnreg_dec<40>();
     if (t == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        int m_blk, n_blk;
-        tile_coords(tile, num_m, num_n, m_blk, n_blk);
+      for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
+        int m_blk, n_grp;
+        unit_coords(unit, num_m, num_groups, m_blk, n_grp);
+        // A box entirely past the tensor is never used (its outputs are not stored): load an
+        // in-bounds one instead of relying on a fully out-of-bounds TMA.
+        int a_row = m_blk * BM + rank * kRowsA;
+        if (a_row >= p.M) a_row = 0;
+        int n_blk = n_grp * CLUSTER + rank;
+        if (n_blk >= num_n) n_blk = 0;
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
-          mbar_expect_tx(&s.full[stage], (BM + BN) * BK);  // rows past N arrive zero-filled, still counted
-          tma_load_2d(&tma_a, &s.full[stage], s.a[stage], kb * BK, m_blk * BM);
+          mbar_expect_tx(&s.full[stage], (BM + BN) * BK);  // rows past M / N arrive zero-filled, still counted
+          if constexpr (CLUSTER > 1)
+            tma_load_2d_multicast(&tma_a, &s.full[stage], s.a[stage] + rank * kRowsA * BK, kb * BK, a_row,
+                                  static_cast<uint16_t>((1 << CLUSTER) - 1));
+          else
+            tma_load_2d(&tma_a, &s.full[stage], s.a[stage], kb * BK, a_row);
           tma_load_2d(&tma_b, &s.full[stage], s.b[stage], kb * BK, n_blk * BN);
           if (++stage == kStages) {
             stage = 0;
@@ -178,74 +247,109 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    return;
-  }
-
-  setmaxnreg_inc<232>();
-  const int c = wg - 1;
-  const int warp = t / 32, lane = t % 32;
-  const int row_in_tile = c * 64 + warp * 16 + lane / 4;
-  int stage = 0;
-  uint32_t phase = 0;
-  float acc[BN / 2];
-  float total[BN / 2];
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    int m_blk, n_blk;
-    tile_coords(tile, num_m, num_n, m_blk, n_blk);
-    const int r0 = m_blk * BM + row_in_tile, r1 = r0 + 8;
-    const int n0 = n_blk * BN;
-    // A tile spans one 128-column scale block (BN = 128) or two (BN = 192): chunks j < j_split use
-    // the first, the rest the second.
-    const int nb0 = n0 / 128;
-    const int j_split = (128 - n0 % 128) / 8;
-    const bool has_nb1 = BN > 128 && nb0 + 1 < nblocks128;
+  } else {  // consumers
+    setmaxnreg_inc<232>();
+    const int c = wg - 1;
+    const int warp = t / 32, lane = t % 32;
+    const int row_in_wave = warp * 16 + lane / 4;  // and row_in_wave + 8
+    uint8_t* staging = s.staging[c];
+    int stage = 0;
+    uint32_t phase = 0;
+    float acc[BN / 2];
+    float total[kWaves][BN / 2];
+    for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
+      int m_blk, n_grp;
+      unit_coords(unit, num_m, num_groups, m_blk, n_grp);
+      const int n_blk = n_grp * CLUSTER + rank;
+      const int row0 = m_blk * BM + c * (BM / 2);  // first row of this consumer's part of the tile
+      const int n0 = n_blk * BN;
+      // A tile spans one 128-column scale block (BN = 128) or two (BN = 192): chunks j < j_split use
+      // the first, the rest the second.
+      const int nb0 = min(n0 / 128, nblocks128 - 1);
+      const int j_split = (128 - n0 % 128) / 8;
+      const bool has_nb1 = BN > 128 && nb0 + 1 < nblocks128;
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) total[i] = 0.f;
-    for (int kb = 0; kb < kblocks; ++kb) {
-      // scales first: their global loads overlap the wait for the tiles
-      const float sa0 = r0 < p.M ? __ldg(p.sa + r0 * p.sa_sm + kb * p.sa_sk) : 0.f;
-      const float sa1 = r1 < p.M ? __ldg(p.sa + r1 * p.sa_sm + kb * p.sa_sk) : 0.f;
-      const float sb0 = __ldg(p.sb + nb0 * p.sb_sn + kb * p.sb_sk);
-      const float sb1 = has_nb1 ? __ldg(p.sb + (nb0 + 1) * p.sb_sn + kb * p.sb_sk) : 0.f;
-      mbar_wait(&s.full[stage], phase);
-      wgmma_fence();
+      for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-      for (int k = 0; k < BK / 32; ++k) {
-        wgmma_e4m3<BN>(acc, smem_desc(s.a[stage] + c * 64 * BK + k * 32), smem_desc(s.b[stage] + k * 32),
-                       k > 0 ? 1 : 0);
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        // scales first: their global loads overlap the wait for the tiles and the wgmma
+        float sa[kWaves][2];
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + w * 64 + row_in_wave + 8 * h;
+            sa[w][h] = r < p.M ? __ldg(p.sa + r * p.sa_sm + kb * p.sa_sk) : 0.f;
+          }
+        const float sb0 = __ldg(p.sb + nb0 * p.sb_sn + kb * p.sb_sk);
+        const float sb1 = has_nb1 ? __ldg(p.sb + (nb0 + 1) * p.sb_sn + kb * p.sb_sk) : 0.f;
+        mbar_wait(&s.full[stage], phase);
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+          wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < BK / 32; ++k)
+            wgmma_e4m3<BN>(acc, smem_desc(s.a[stage] + (c * (BM / 2) + w * 64) * BK + k * 32),
+                           smem_desc(s.b[stage] + k * 32), k > 0 ? 1 : 0);
+          wgmma_commit();
+          wgmma_wait_all();
+          if (w == kWaves - 1) {  // stage consumed: release it to the producer of every CTA that wrote it
+            if constexpr (CLUSTER > 1) {
+              if (lane < CLUSTER) mbar_arrive_cluster(&s.empty[stage], lane);
+            } else if (lane == 0) {
+              mbar_arrive(&s.empty[stage]);
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            const float sbj = (BN == 128 || j < j_split) ? sb0 : sb1;
+            const float s0 = sa[w][0] * sbj, s1 = sa[w][1] * sbj;
+            total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+            total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+            total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+            total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
+          }
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
       }
-      wgmma_commit();
-      wgmma_wait_all();
-      if (lane == 0) mbar_arrive(&s.empty[stage]);
+      // Epilogue, per wave: bias and one bf16 rounding into the staging tile (16-byte chunk ch of
+      // row r at chunk ch ^ (r % 8): the 8 rows a warp writes at once hit distinct banks), then
+      // 16-byte coalesced stores of whole rows.
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float sbj = (BN == 128 || j < j_split) ? sb0 : sb1;
-        const float s0 = sa0 * sbj, s1 = sa1 * sbj;
-        total[4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[4 * j + 0]);
-        total[4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[4 * j + 1]);
-        total[4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[4 * j + 2]);
-        total[4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[4 * j + 3]);
-      }
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
+      for (int w = 0; w < kWaves; ++w) {
+        named_barrier_sync(1 + c, 128);  // the previous wave's stores have read the staging tile
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int col = n0 + 8 * j + 2 * (lane % 4);
+          float2 bv = make_float2(0.f, 0.f);  // two scalar loads: bias may be a view with any 4-byte offset
+          if (p.bias && col < p.N) bv = make_float2(__ldg(p.bias + col), __ldg(p.bias + col + 1));
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row_in_wave + 8 * h;
+            const __nv_bfloat162 v =
+                __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+            *reinterpret_cast<__nv_bfloat162*>(staging + r * (BN * 2) + ((j ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+          }
+        }
+        named_barrier_sync(1 + c, 128);
+#pragma unroll
+        for (int i = 0; i < 64 * NJ / 128; ++i) {
+          const int idx = i * 128 + t;
+          const int r = idx / NJ, ch = idx % NJ;
+          const int grow = row0 + w * 64 + r, gcol = n0 + ch * 8;
+          if (grow < p.M && gcol < p.N)
+            *reinterpret_cast<uint4*>(p.d + static_cast<int64_t>(grow) * p.ldd + gcol) =
+                *reinterpret_cast<const uint4*>(staging + r * (BN * 2) + ((ch ^ (r % 8)) * 16));
+        }
       }
     }
-    // epilogue: fp32 bias, one bf16 rounding; columns past N (BN = 192 tiles) are not stored
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane % 4);
-      if (BN > 128 && col >= p.N) continue;
-      const float b0 = p.bias ? __ldg(p.bias + col) : 0.f;
-      const float b1 = p.bias ? __ldg(p.bias + col + 1) : 0.f;
-      if (r0 < p.M)
-        *reinterpret_cast<__nv_bfloat162*>(p.d + static_cast<int64_t>(r0) * p.ldd + col) =
-            __floats2bfloat162_rn(total[4 * j + 0] + b0, total[4 * j + 1] + b1);
-      if (r1 < p.M)
-        *reinterpret_cast<__nv_bfloat162*>(p.d + static_cast<int64_t>(r1) * p.ldd + col) =
-            __floats2bfloat162_rn(total[4 * j + 2] + b0, total[4 * j + 3] + b1);
-    }
   }
+  // no CTA may leave while its peer can still multicast into it or arrive on its barriers
+  if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -278,42 +382,108 @@ const char* make_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t co
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the operand (alignment or stride)";
 }
 
-template <int BN>
-int smem_bytes_for() { return static_cast<int>(sizeof(typename Config<BN>::Smem)) + 1024; }
+// Per-device launch facts of one instantiation: the shared-memory opt-in is per device, and so is
+// how many clusters fit at once (a persistent grid larger than that would run in two waves).
+struct DeviceState {
+  bool ready = false;
+  int max_ctas = 0;
+};
 
-template <int BN>
-const char* launch_bn(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
-                      cudaStream_t stream) {
-  CUtensorMap ma, mb;
-  if (const char* e = make_map(&ma, a, p.M, p.K, lda, BM)) return e;
-  if (const char* e = make_map(&mb, b, p.N, p.K, ldb, BN)) return e;
-  // the shared-memory opt-in is per device: remember it for each one
-  static unsigned long long attr_set = 0;
+template <int BM, int BN, int CLUSTER>
+const char* prepare(int dev, int num_sms, int& max_ctas) {
+  static DeviceState state[64];
+  DeviceState& st = state[dev & 63];
+  auto kernel = fp8_gemm_kernel<BM, BN, CLUSTER>;
+  constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes;
+  if (!st.ready) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+      return "cudaFuncSetAttribute(max dynamic shared memory) failed";
+    st.max_ctas = num_sms;
+    if constexpr (CLUSTER > 1) {
+      cudaLaunchConfig_t cfg = {};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = CLUSTER;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(num_sms / CLUSTER * CLUSTER);
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = smem;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1)
+        return "cudaOccupancyMaxActiveClusters found no room for a cluster";
+      st.max_ctas = clusters * CLUSTER;
+    }
+    st.ready = true;
+  }
+  max_ctas = st.max_ctas;
+  return nullptr;
+}
+
+template <int BM, int BN, int CLUSTER>
+const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
+                       cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
-  const unsigned long long bit = 1ull << (dev & 63);
-  if (!(attr_set & bit)) {
-    if (cudaFuncSetAttribute(fp8_gemm_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes_for<BN>()) !=
-        cudaSuccess)
-      return "cudaFuncSetAttribute(max dynamic shared memory) failed";
-    attr_set |= bit;
-  }
-  const int tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
-  const int grid = tiles < num_sms ? tiles : num_sms;
+  int max_ctas = 0;
+  if (const char* e = prepare<BM, BN, CLUSTER>(dev, num_sms, max_ctas)) return e;
+  CUtensorMap ma, mb;
+  if (const char* e = make_map(&ma, a, p.M, p.K, lda, BM / CLUSTER)) return e;
+  if (const char* e = make_map(&mb, b, p.N, p.K, ldb, BN)) return e;
+  const int num_n = (p.N + BN - 1) / BN;
+  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER);
+  const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
-  fp8_gemm_kernel<BN><<<grid, kThreads, smem_bytes_for<BN>(), stream>>>(ma, mb, p);
+  constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes;
+  if constexpr (CLUSTER == 1) {
+    fp8_gemm_kernel<BM, BN, 1><<<grid, kThreads, smem, stream>>>(ma, mb, p);
+  } else {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, p) != cudaSuccess)
+      return "cudaLaunchKernelEx (cluster launch) failed";
+  }
   return nullptr;
 }
 
 }  // namespace
 
-int smem_bytes(int block_n) { return block_n == 192 ? smem_bytes_for<192>() : smem_bytes_for<128>(); }
+// The instantiations the host may pick (ltx_kernels/gemm.py chooses among them per shape).
+const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, const TileConfig& cfg,
+                   int num_sms, cudaStream_t stream) {
+  const int key = cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster;
+  switch (key) {
+    case 1281281: return launch_cfg<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 1281282: return launch_cfg<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
+    case 1281921: return launch_cfg<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 2561281: return launch_cfg<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 2561282: return launch_cfg<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
+    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,128,1|2), (128,192,1), (256,128,1|2)";
+  }
+}
 
-const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int block_n, int num_sms,
-                   cudaStream_t stream) {
-  if (block_n == 128) return launch_bn<128>(p, a, lda, b, ldb, num_sms, stream);
-  if (block_n == 192) return launch_bn<192>(p, a, lda, b, ldb, num_sms, stream);
-  return "block_n must be 128 or 192";
+int smem_bytes(const TileConfig& cfg) {
+  if (cfg.block_m == 256) return Config<256, 128, 1>::kSmemBytes;
+  if (cfg.block_n == 192) return Config<128, 192, 1>::kSmemBytes;
+  return Config<128, 128, 1>::kSmemBytes;
+}
+
+int stages(const TileConfig& cfg) {
+  if (cfg.block_m == 256) return Config<256, 128, 1>::kStages;
+  if (cfg.block_n == 192) return Config<128, 192, 1>::kStages;
+  return Config<128, 128, 1>::kStages;
 }
 
 }  // namespace ltx_gemm_sm90

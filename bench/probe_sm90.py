@@ -1,0 +1,87 @@
+"""Every tile config of the SM90 GEMM at the LTX-2 and anchor shapes, next to cuBLAS blockwise
+``_scaled_mm`` in the same process: the data behind ``SM90_TILES`` in ltx_kernels/gemm.py.
+Checks each result against the fp32 reference on sampled rows, then times it (CUDA events,
+median). Prints one line per (shape, config) and writes JSON.
+
+    python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...]
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+import triton.testing
+
+import ltx_kernels as lk
+from ltx_kernels import _ext
+from ltx_kernels import reference as ref
+
+SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096, 4096, 4096),
+          (1024, 4096, 4096), (16384, 2048, 2048), (3000, 4096, 4096), (3000, 2176, 7168),
+          (8192, 2048, 4096), (8192, 4096, 2048), (256, 4096, 4096)]
+
+
+def cublas_blockwise(qa, sa, qb, sb):
+    sa_m = sa.t().contiguous().t()
+    return lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--shapes")
+    ap.add_argument("--rep", type=int, default=100, help="do_bench repetition time in ms")
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    mod = _ext.load("_C_gemm_sm90")[0]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for m, n, k in shapes:
+        qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+        qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+        bias = torch.randn(n, device="cuda")
+        pick = torch.randperm(m, device="cuda")[:256].sort().values
+        want = ref.fp8_gemm_nt(qa[pick], sa[pick].contiguous(), qb, sb, bias).float()
+        flops = 2.0 * m * n * k
+        row = {"shape": f"{m}x{n}x{k}", "chosen": "x".join(map(str, lk.gemm.sm90_tile_config(m, n, sms)))}
+        try:
+            ms = triton.testing.do_bench(cublas_blockwise(qa, sa, qb, sb), rep=args.rep, return_mode="median")
+            row["cublas_blockwise"] = flops / ms / 1e9
+        except Exception as e:
+            row["cublas_blockwise_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        for cfg in lk.gemm.SM90_TILES:
+            tag = "x".join(map(str, cfg))
+            try:
+                d.fill_(float("nan"))
+                mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg)
+                torch.cuda.synchronize()
+                err = float((d[pick].float() - want).norm() / want.norm())
+                unwritten = int(torch.isnan(d).sum())
+                ms = triton.testing.do_bench(lambda: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg), rep=args.rep,
+                                             return_mode="median")
+                row[tag] = flops / ms / 1e9
+                row[tag + "_err"] = err
+                if unwritten or err > 3e-3:
+                    row[tag + "_bad"] = f"unwritten {unwritten}, err {err:.2e}"
+            except Exception as e:
+                row[tag + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        rows.append(row)
+        cells = "  ".join(f"{'x'.join(map(str, c))}={row.get('x'.join(map(str, c)), float('nan')):5.0f}"
+                          + ("!" if row.get('x'.join(map(str, c)) + "_bad") else "") for c in lk.gemm.SM90_TILES)
+        print(f"{row['shape']:>18s} cublas={row.get('cublas_blockwise', float('nan')):5.0f}  {cells}  "
+              f"chosen {row['chosen']}", flush=True)
+        for key in [k for k in row if k.endswith("_error") or k.endswith("_bad")]:
+            print(f"    {key}: {row[key]}", flush=True)
+        del qa, qb, d
+    if args.json:
+        env = {"device": torch.cuda.get_device_name(), "sms": sms, "torch": torch.__version__,
+               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "unit": "TFLOP/s", "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
