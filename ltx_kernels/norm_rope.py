@@ -1,19 +1,57 @@
 """Public fused RMSNorm + RoPE ops: validation, torch.library registration, dispatch."""
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, Memo, call, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, call, resolve_backend_name, signature, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
 interleaved_op = Op("rms_norm_rope")
 split_op = Op("rms_norm_split_rope")
 _checked = Memo()  # the checks depend on shapes/strides/dtypes/devices only
+
+# Eager fast path: per call signature, once the Triton backend has run it, a plan that allocates the
+# output and launches the compiled kernel directly (no re-validation, backend choice, row maps or
+# Triton binding: those depend on the signature only). The Triton wrappers leave the plan here.
+_plans = Memo()
+_plan_slot = threading.local()
+
+
+def _plan(launch, shape, dtype, device, has_w):
+    stream = torch._C._cuda_getCurrentRawStream
+    index = device.index
+
+    def run(x, cos_freqs, sin_freqs, weights):
+        out = torch.empty(shape, dtype=dtype, device=device)
+        launch(stream(index), x, cos_freqs, sin_freqs, weights if has_w else x, out)
+        return out
+
+    return run
+
+
+def _offer_plan(launch, x, x2, maps, freqs, weights, w, out):
+    """Keep a plan only when the kernel read the caller's own tensors (no copies were needed)."""
+    if launch is None or x2.data_ptr() != x.data_ptr() or (w is not None and w.data_ptr() != weights.data_ptr()):
+        return
+    if any(m.data_ptr() != f.data_ptr() for m, f in zip(maps, freqs)):
+        return
+    _plan_slot.plan = _plan(launch, out.shape, out.dtype, out.device, w is not None)
+
+
+def _planned(key, fn, *args):
+    """Run fn(*args) (the regular path) and keep the plan the Triton backend offered for key."""
+    _plan_slot.plan = None
+    out = fn(*args)
+    plan, _plan_slot.plan = _plan_slot.plan, None
+    if plan is not None:
+        _plans.put(key, plan)
+    return out
 
 
 def _out_dtype(x: torch.Tensor, out_fp8: bool) -> torch.dtype:
@@ -83,7 +121,8 @@ def _interleaved_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     cmap = chk.two_level_rows(cos_freqs, lead)
     smap = chk.two_level_rows(sin_freqs, lead)
     w = weights.contiguous() if weights is not None else None
-    k.rms_norm_rope(x2, cmap, smap, w, out.view(-1, d), eps, out_fp8)
+    launch = k.rms_norm_rope(x2, cmap, smap, w, out.view(-1, d), eps, out_fp8)
+    _offer_plan(launch, x, x2, (cmap[0], smap[0]), (cos_freqs, sin_freqs), weights, w, out)
     return out
 
 
@@ -107,9 +146,13 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps))
+    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend)))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps))
-    return call(_rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
+    return _planned(key, call, _rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights,
+                    bool(out_fp8), eps, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,8 +201,9 @@ def _split_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     x2 = chk.rows_2d("x", x)
     out = torch.empty(x.shape, dtype=_out_dtype(x, out_fp8), device=x.device)
     w = weights.contiguous() if weights is not None else None
-    k.rms_norm_split_rope(x2, t, nh, cos_freqs, sin_freqs, _freq_strides(cos_freqs, b),
-                          _freq_strides(sin_freqs, b), w, out.view(-1, h), eps, out_fp8)
+    launch = k.rms_norm_split_rope(x2, t, nh, cos_freqs, sin_freqs, _freq_strides(cos_freqs, b),
+                                   _freq_strides(sin_freqs, b), w, out.view(-1, h), eps, out_fp8)
+    _offer_plan(launch, x, x2, (), (), weights, w, out)
     return out
 
 
@@ -184,6 +228,10 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps))
+    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend)))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_split(x, cos_freqs, sin_freqs, weights, eps))
-    return call(_rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs, weights, bool(out_fp8), eps, backend)
+    return _planned(key, call, _rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs,
+                    weights, bool(out_fp8), eps, backend)

@@ -167,3 +167,54 @@ def test_interleaved_bad_inputs(device):
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="is on"):
             lk.rms_norm_rope(x.cpu(), c.cuda(), c.cuda())
+
+
+@pytest.mark.parametrize("variant", ["interleaved", "split"])
+@pytest.mark.parametrize("out_fp8", [False, True])
+def test_repeat_calls_same_signature(device, variant, out_fp8):
+    """Fresh inputs of one signature, call after call: on a GPU the second call onwards takes the
+    per-signature plan (direct launch of the compiled kernel), which must give the same results;
+    weights as a strided view need a copy, so no plan may read them in place."""
+    from ltx_kernels import norm_rope
+
+    b, t, nh, dh = 2, 5, 4, 64
+    d = nh * dh
+    for i in range(4):
+        x = torch.randn(b, t, d, device=device, dtype=BF16)
+        w = torch.randn(2 * d, device=device, dtype=BF16)[::2] if i >= 2 else torch.randn(d, device=device, dtype=BF16)
+        if variant == "split":
+            c, s = _split_freqs(1, t, nh, dh, device)
+            out = lk.rms_norm_split_rope(x, c, s, w, out_fp8, backend="triton")
+            _check(out, x, lambda: ref.rms_norm_split_rope(x.float(), c, s, w, False), out_fp8)
+        else:
+            c = torch.randn(1, t, d, device=device, dtype=BF16)
+            s = torch.randn(1, t, d, device=device, dtype=BF16)
+            out = lk.rms_norm_rope(x, c, s, w, out_fp8, backend="triton")
+            _check(out, x, lambda: ref.rms_norm_rope(x.float(), c, s, w, False), out_fp8)
+    if device.type == "cuda":
+        key = norm_rope.signature((variant, x, c, s, w, 1e-6, out_fp8, "triton"))
+        assert norm_rope._plans.get(key) is None, "a plan kept for weights that needed a copy"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams and graphs")
+def test_planned_call_on_side_stream_and_in_graph():
+    b, t, d = 1, 64, 512
+    x = torch.randn(b, t, d, device="cuda", dtype=BF16)
+    c = torch.randn(1, t, d, device="cuda", dtype=BF16)
+    s = torch.randn(1, t, d, device="cuda", dtype=BF16)
+    want = ref.rms_norm_rope(x.float(), c, s, None, False)
+    for _ in range(2):  # the second call is planned
+        lk.rms_norm_rope(x, c, s)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = lk.rms_norm_rope(x, c, s)
+    torch.cuda.current_stream().wait_stream(side)
+    assert_rounded_close(out, want)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = lk.rms_norm_rope(x, c, s)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert_rounded_close(out, ref.rms_norm_rope(x.float(), c, s, None, False))

@@ -90,6 +90,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// A read-only load that the compiler keeps where it is written (asm volatile statements keep their
+// order): the scale loads must be issued a whole k-block before their use, not sunk next to it.
+__device__ __forceinline__ float ldg_ordered(const float* ptr) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+  return v;
+}
+
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -272,18 +280,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      // Scales are prefetched one k-block ahead: an L2 round trip is longer than one k-block's
+      // wgmma. Rows past M read row M-1's scales (their outputs are never stored).
+      const float* sa_row[kWaves][2];
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          sa_row[w][h] = p.sa + static_cast<int64_t>(min(row0 + w * 64 + row_in_wave + 8 * h, p.M - 1)) * p.sa_sm;
+      const float* sb_row0 = p.sb + nb0 * p.sb_sn;
+      const float* sb_row1 = p.sb + (has_nb1 ? nb0 + 1 : nb0) * p.sb_sn;
+      float sa_next[kWaves][2], sb0_next, sb1_next;
+      auto load_scales = [&](int kb) {
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) sa_next[w][h] = ldg_ordered(sa_row[w][h] + kb * p.sa_sk);
+        sb0_next = ldg_ordered(sb_row0 + kb * p.sb_sk);
+        sb1_next = BN > 128 ? ldg_ordered(sb_row1 + kb * p.sb_sk) : 0.f;
+      };
+      load_scales(0);
       for (int kb = 0; kb < kblocks; ++kb) {
-        // scales first: their global loads overlap the wait for the tiles and the wgmma
         float sa[kWaves][2];
 #pragma unroll
         for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = row0 + w * 64 + row_in_wave + 8 * h;
-            sa[w][h] = r < p.M ? __ldg(p.sa + r * p.sa_sm + kb * p.sa_sk) : 0.f;
-          }
-        const float sb0 = __ldg(p.sb + nb0 * p.sb_sn + kb * p.sb_sk);
-        const float sb1 = has_nb1 ? __ldg(p.sb + (nb0 + 1) * p.sb_sn + kb * p.sb_sk) : 0.f;
+          for (int h = 0; h < 2; ++h) sa[w][h] = sa_next[w][h];
+        const float sb0 = sb0_next, sb1 = has_nb1 ? sb1_next : 0.f;
+        if (kb + 1 < kblocks) load_scales(kb + 1);
         mbar_wait(&s.full[stage], phase);
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {

@@ -25,3 +25,34 @@ def cdiv(a: int, b: int) -> int:
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def direct_launcher(compiled, grid, args, n_dynamic: int):
+    """``launch(stream, *tensors)`` for a kernel Triton has compiled (what ``kernel[grid](*args)``
+    returned), skipping ``JITFunction.run``'s binding and cache lookup on later calls; None when
+    it does not apply (interpreter, launch hooks installed, an unknown Triton API).
+
+    ``args`` are all the kernel's parameters in signature order, constexprs included, as Triton
+    3.4-3.9 pass them to ``CompiledKernel.run``; the first ``n_dynamic`` (the tensors) are given
+    per launch, the rest stay fixed. The caller must only reuse it for arguments that
+    Triton would specialize identically (same dtypes, constexprs, 16-byte alignment of pointers,
+    and integers equal to 1 / divisible by 16 in the same places): the per-signature plans of the
+    wrappers key on exactly the shapes, strides, dtypes and pointer alignments that decide these.
+    """
+    if compiled is None or interpreter_on():
+        return None
+    try:
+        from triton import knobs
+
+        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+            return None
+        run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
+    except Exception:  # another Triton's internals: keep the regular launch path
+        return None
+    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    fixed = tuple(args[n_dynamic:])
+
+    def launch(stream, *dynamic):
+        run(g0, g1, g2, stream, function, meta, None, None, None, *dynamic, *fixed)
+
+    return launch

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .. import tuning
-from . import cdiv, next_pow2
+from . import cdiv, direct_launcher, next_pow2
 
 
 @triton.jit
@@ -120,24 +120,26 @@ def _candidates(row_elems: int) -> list[dict]:
     return out
 
 
-def _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
+def _interleaved_args(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
+    """(grid, every kernel parameter in signature order, num_warps)."""
     R, D = x2.shape
-    block_d = next_pow2(D)
     (c, ci, cso, csi), (s, si, sso, ssi) = cos_map, sin_map
-    grid = (cdiv(R, cfg["BLOCK_R"]),)
-    _interleaved_kernel[grid](
-        x2, c, s, w if w is not None else x2, out2,
-        R, D, x2.stride(0), out2.stride(0),
-        ci, cso, csi, si, sso, ssi, eps,
-        HAS_W=w is not None, OUT_FP8=out_fp8, BLOCK_R=cfg["BLOCK_R"], BLOCK_D=block_d,
-        num_warps=cfg["num_warps"],
-    )
+    args = (x2, c, s, w if w is not None else x2, out2, R, D, x2.stride(0), out2.stride(0),
+            ci, cso, csi, si, sso, ssi, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(D))
+    return (cdiv(R, cfg["BLOCK_R"]),), args, cfg["num_warps"]
 
 
-def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool) -> None:
-    """x2/out2 [R, D] with unit inner stride; cos_map/sin_map: (base, inner, outer_stride, inner_stride)."""
+def _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
+    """Launches; returns a direct launcher for (x, cos, sin, w or x, out) of the same signature."""
+    grid, args, warps = _interleaved_args(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
+    return direct_launcher(_interleaved_kernel[grid](*args, num_warps=warps), grid, args, 5)
+
+
+def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool):
+    """x2/out2 [R, D] with unit inner stride; cos_map/sin_map: (base, inner, outer_stride, inner_stride).
+    Returns a direct launcher for the same signature (see ``direct_launcher``), or None."""
     if x2.shape[0] == 0:
-        return
+        return None
     row = next_pow2(x2.shape[1])
     key = ("interleaved", x2.shape[1], str(x2.dtype), "fp8" if out_fp8 else "same")
     cfg = tuning.choose(
@@ -145,27 +147,29 @@ def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool) -> N
         lambda c: (lambda: _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, c)),
         device=x2.device,
     )
-    _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
+    return _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
+
+
+def _split_args(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
+    """(grid, every kernel parameter in signature order, num_warps)."""
+    R, h = x2.shape
+    half = h // H // 2
+    args = (x2, cos, sin, w if w is not None else x2, out2, R, T, H, half, x2.stride(0), out2.stride(0),
+            *c_strides, *s_strides, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(H), next_pow2(half))
+    return (cdiv(R, cfg["BLOCK_R"]),), args, cfg["num_warps"]
 
 
 def _launch_split(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
-    R, h = x2.shape
-    half = h // H // 2
-    grid = (cdiv(R, cfg["BLOCK_R"]),)
-    _split_kernel[grid](
-        x2, cos, sin, w if w is not None else x2, out2,
-        R, T, H, half, x2.stride(0), out2.stride(0),
-        *c_strides, *s_strides, eps,
-        HAS_W=w is not None, OUT_FP8=out_fp8, BLOCK_R=cfg["BLOCK_R"],
-        BLOCK_H=next_pow2(H), BLOCK_J=next_pow2(half),
-        num_warps=cfg["num_warps"],
-    )
+    """Launches; returns a direct launcher for (x, cos, sin, w or x, out) of the same signature."""
+    grid, args, warps = _split_args(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg)
+    return direct_launcher(_split_kernel[grid](*args, num_warps=warps), grid, args, 5)
 
 
-def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: float, out_fp8: bool) -> None:
-    """x2/out2 [B*T, H*Dh]; cos/sin read at b*sb + h*sh + t*st + j*sj (sb = 0 broadcasts)."""
+def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: float, out_fp8: bool):
+    """x2/out2 [B*T, H*Dh]; cos/sin read at b*sb + h*sh + t*st + j*sj (sb = 0 broadcasts).
+    Returns a direct launcher for the same signature (see ``direct_launcher``), or None."""
     if x2.shape[0] == 0:
-        return
+        return None
     half = x2.shape[1] // H // 2
     row = next_pow2(H) * next_pow2(half) * 2
     key = ("split", H, 2 * half, str(x2.dtype), "fp8" if out_fp8 else "same")
@@ -174,4 +178,4 @@ def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: 
         "rms_norm_rope", key, _heuristic(row), lambda: _candidates(row),
         lambda c: (lambda: _launch_split(*args, c)), device=x2.device,
     )
-    _launch_split(*args, cfg)
+    return _launch_split(*args, cfg)
