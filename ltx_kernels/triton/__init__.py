@@ -44,7 +44,10 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
     try:
         from triton import knobs
 
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        # Triton >= 3.6 keeps the hooks as (normally empty) HookChains, older ones as None or a
+        # callable; a profiler attached later does not see planned launches.
+        if any(h is not None and getattr(h, "calls", True)
+               for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)):
             return None
         run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
     except Exception:  # another Triton's internals: keep the regular launch path
