@@ -38,14 +38,14 @@ def main():
     print(f"{'case':34s} {'wall us/call':>12s} {'graph us':>9s} {'wall GB/s':>9s} {'graph GB/s':>10s}")
     for t in (8192, 32768):
         x = torch.randn(1, t, h, device="cuda", dtype=bf)
-        c = torch.randn(1, t, h, device="cuda", dtype=bf)
-        cs = torch.randn(1, t, nh, h // nh // 2, device="cuda", dtype=bf).swapaxes(1, 2)
+        c, s = (torch.randn(1, t, h, device="cuda", dtype=bf) for _ in range(2))
+        cs, ss = (torch.randn(1, t, nh, h // nh // 2, device="cuda", dtype=bf).swapaxes(1, 2) for _ in range(2))
         for fp8 in (False, True):
             out_b = x.numel() * (1 if fp8 else 2)
             cases = {
-                f"interleaved T={t} {'fp8' if fp8 else 'bf16'}": (lambda: lk.rms_norm_rope(x, c, c, w, fp8),
+                f"interleaved T={t} {'fp8' if fp8 else 'bf16'}": (lambda: lk.rms_norm_rope(x, c, s, w, fp8),
                                                                    x.numel() * 6 + out_b),
-                f"split T={t} {'fp8' if fp8 else 'bf16'}": (lambda: lk.rms_norm_split_rope(x, cs, cs, w, fp8),
+                f"split T={t} {'fp8' if fp8 else 'bf16'}": (lambda: lk.rms_norm_split_rope(x, cs, ss, w, fp8),
                                                              x.numel() * 4 + out_b),
             }
             for name, (fn, nbytes) in cases.items():
