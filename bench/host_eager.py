@@ -4,7 +4,6 @@ two agree the call is GPU-bound. Also reports whether the per-signature plan was
 
     python bench/host_eager.py
 """
-import time
 
 import torch
 import triton.testing
@@ -12,16 +11,7 @@ import triton.testing
 import ltx_kernels as lk
 from ltx_kernels import norm_rope
 
-
-def wall_us(fn, n):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
+from host_overhead import per_call_us as wall_us  # bench/ is the script's folder
 
 
 def graph_us(fn):

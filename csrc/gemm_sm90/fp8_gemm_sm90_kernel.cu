@@ -427,6 +427,22 @@ struct DeviceState {
   int max_ctas = 0;
 };
 
+// A launch of `grid` CTAs in clusters of `cluster` along x; `attr` must outlive the config.
+cudaLaunchConfig_t cluster_launch(int grid, int cluster, int smem, cudaStream_t stream, cudaLaunchAttribute& attr) {
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 template <int BM, int BN, int CLUSTER>
 const char* prepare(int dev, int num_sms, int& max_ctas) {
   static DeviceState state[64];
@@ -438,17 +454,8 @@ const char* prepare(int dev, int num_sms, int& max_ctas) {
       return "cudaFuncSetAttribute(max dynamic shared memory) failed";
     st.max_ctas = num_sms;
     if constexpr (CLUSTER > 1) {
-      cudaLaunchConfig_t cfg = {};
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = CLUSTER;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.gridDim = dim3(num_sms / CLUSTER * CLUSTER);
-      cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = smem;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = cluster_launch(num_sms / CLUSTER * CLUSTER, CLUSTER, smem, nullptr, attr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1)
         return "cudaOccupancyMaxActiveClusters found no room for a cluster";
@@ -478,18 +485,8 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if constexpr (CLUSTER == 1) {
     fp8_gemm_kernel<BM, BN, 1><<<grid, kThreads, smem, stream>>>(ma, mb, p);
   } else {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CLUSTER;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, smem, stream, attr);
     if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
