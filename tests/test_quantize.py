@@ -106,8 +106,6 @@ def test_adanorm(device, per_token, b, t):
 
 @pytest.mark.parametrize("cfg", [{"KIND": "bcast", "ROWS": 4, "BLOCK_M": 1}, {"KIND": "bcast", "ROWS": 8, "BLOCK_M": 4},
                                  {"KIND": "bcast", "ROWS": 16, "BLOCK_M": 2},
-                                 {"KIND": "bcast", "ROWS": 4, "BLOCK_M": 1, "PREFETCH": True},
-                                 {"KIND": "bcast", "ROWS": 8, "BLOCK_M": 2, "PREFETCH": True},
                                  {"KIND": "twopass", "BLOCK_M": 2, "CHUNK_KB": 1},
                                  {"KIND": "twopass", "BLOCK_M": 4, "CHUNK_KB": 4}])
 @pytest.mark.parametrize("per_token", [False, True])

@@ -66,6 +66,15 @@ def _mod_offsets(rows, inner, outer_stride, inner_stride):
 
 
 @triton.jit
+def _modulate(x, inv, sc_ptr, sh_ptr, sc_row, sh_row, cols, mask):
+    """The model's adaptive norm: rms_norm(x) * (1 + scale) + shift, with x already fp32 and inv its
+    row's 1/rms; scale and shift rows at sc_row / sh_row (broadcast or per token)."""
+    sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return x * inv[:, None] * (1.0 + sc) + sh
+
+
+@triton.jit
 def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, stride_q, s_stride,
                     sc_inner, sc_outer_stride, sc_inner_stride, sh_inner, sh_outer_stride, sh_inner_stride,
                     eps, scale_max, AMAX_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
@@ -78,9 +87,7 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
     inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
     sc_row = _mod_offsets(rows, sc_inner, sc_outer_stride, sc_inner_stride)
     sh_row = _mod_offsets(rows, sh_inner, sh_outer_stride, sh_inner_stride)
-    sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    u = x * inv[:, None] * (1.0 + sc) + sh
+    u = _modulate(x, inv, sc_ptr, sh_ptr, sc_row, sh_row, cols, mask)
     _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
@@ -107,9 +114,7 @@ def _adanorm_twopass_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, s
         cols = kb0 * 128 + tl.arange(0, CHUNK_KB * 128)
         mask = rmask[:, None] & (cols[None, :] < K)
         x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        sc = tl.load(sc_ptr + sc_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        sh = tl.load(sh_ptr + sh_row[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        u = x * inv[:, None] * (1.0 + sc) + sh
+        u = _modulate(x, inv, sc_ptr, sh_ptr, sc_row, sh_row, cols, mask)
         _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, CHUNK_KB)
 
@@ -117,11 +122,9 @@ def _adanorm_twopass_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, s
 @triton.jit
 def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, T, stride_x, stride_q, s_stride,
                           sc_bstride, sh_bstride, eps, scale_max, AMAX_FLOOR: tl.constexpr,
-                          ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr,
-                          PREFETCH: tl.constexpr):
+                          ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
     """Modulation shared by the T tokens of a sample ([B, 1, h]): program (i, b) reads its scale and
-    shift once and runs ROWS tokens of sample b, BLOCK_M rows at a time. With PREFETCH the next
-    rows' x is loaded before the current rows are reduced and stored, so a load is always in flight."""
+    shift once and runs ROWS tokens of sample b, BLOCK_M rows at a time."""
     b = tl.program_id(1)
     t0 = tl.program_id(0) * ROWS
     cols = tl.arange(0, BLOCK_KB * 128)
@@ -129,37 +132,17 @@ def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, 
     cmask = cols < K
     sc = 1.0 + tl.load(sc_ptr + b.to(tl.int64) * sc_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
     sh = tl.load(sh_ptr + b.to(tl.int64) * sh_bstride + cols, mask=cmask, other=0.0).to(tl.float32)
-    rows = _bcast_rows(b, t0, B, T, M_PAD, BLOCK_M)
-    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=(rows[:, None] < M) & cmask[None, :],
-                other=0.0).to(tl.float32)
     for i in tl.range(0, ROWS // BLOCK_M):
-        if PREFETCH:
-            # rows of step i + 1 (past ROWS they are another program's: masked off)
-            nrows = _bcast_rows(b, t0 + (i + 1) * BLOCK_M, B, T, M_PAD, BLOCK_M)
-            nmask = ((nrows < M) & (i + 1 < ROWS // BLOCK_M))[:, None] & cmask[None, :]
-            x_next = tl.load(x_ptr + nrows[:, None] * stride_x + cols[None, :], mask=nmask, other=0.0)
-        else:
-            nrows = _bcast_rows(b, t0 + (i + 1) * BLOCK_M, B, T, M_PAD, BLOCK_M)
+        t = t0 + i * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows = b.to(tl.int64) * T + t
+        # tokens past T belong to the next sample; only the last sample runs on into the padding rows
+        rows = tl.where((t < T) | (b == B - 1), rows, M_PAD)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=(rows[:, None] < M) & cmask[None, :],
+                    other=0.0).to(tl.float32)
         inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
         u = x * inv[:, None] * sc[None, :] + sh[None, :]
         _quantize_store(u, rows, M, M_PAD, 0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, BLOCK_KB)
-        if PREFETCH:
-            x = x_next.to(tl.float32)
-        else:
-            x = tl.load(x_ptr + nrows[:, None] * stride_x + cols[None, :],
-                        mask=((nrows < M) & (i + 1 < ROWS // BLOCK_M))[:, None] & cmask[None, :],
-                        other=0.0).to(tl.float32)
-        rows = nrows
-
-
-@triton.jit
-def _bcast_rows(b, t0, B, T, M_PAD, BLOCK_M: tl.constexpr):
-    """Global rows of tokens t0 .. t0 + BLOCK_M of sample b; tokens past T belong to the next sample,
-    so only the last sample runs on into the padding rows (scales of padding rows are written)."""
-    t = t0 + tl.arange(0, BLOCK_M)
-    rows = b.to(tl.int64) * T + t
-    return tl.where((t < T) | (b == B - 1), rows, M_PAD)
 
 
 @triton.jit
@@ -315,8 +298,7 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
             _adanorm_bcast_kernel[grid](x2, sc, sh, q2, sbuf, m, m_pad, kb, n_samples, tokens, x2.stride(0),
                                         q2.stride(0), sbuf.stride(0), sco, sho, eps, scale_max,
                                         AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_M=c["BLOCK_M"],
-                                        BLOCK_KB=kb_pad, PREFETCH=c.get("PREFETCH", False),
-                                        num_warps=c["num_warps"])
+                                        BLOCK_KB=kb_pad, num_warps=c["num_warps"])
         elif c.get("KIND") == "twopass":
             _adanorm_twopass_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
                 x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
@@ -344,8 +326,8 @@ def adanorm_candidates(kb_pad: int, shared_mod: bool) -> list[dict]:
             for bm in (1, 2, 4, 8) for ck in (4, 8, 16) for w in (2, 4, 8)
             if ck <= kb_pad and bm * ck * 128 <= 8192]
     if shared_mod:
-        out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w, "PREFETCH": pf}
-                for r in (4, 8, 16, 32, 64) for bm in (1, 2, 4) for w in (2, 4, 8) for pf in (False, True)
+        out += [{"KIND": "bcast", "ROWS": r, "BLOCK_M": bm, "num_warps": w}
+                for r in (4, 8, 16, 32, 64) for bm in (1, 2, 4) for w in (2, 4, 8)
                 if bm <= r and bm * kb_pad * 128 <= 16384]
     return out
 
