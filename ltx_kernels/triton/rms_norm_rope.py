@@ -120,19 +120,14 @@ def _candidates(row_elems: int) -> list[dict]:
     return out
 
 
-def _interleaved_args(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
-    """(grid, every kernel parameter in signature order, num_warps)."""
-    R, D = x2.shape
-    (c, ci, cso, csi), (s, si, sso, ssi) = cos_map, sin_map
-    args = (x2, c, s, w if w is not None else x2, out2, R, D, x2.stride(0), out2.stride(0),
-            ci, cso, csi, si, sso, ssi, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(D))
-    return (cdiv(R, cfg["BLOCK_R"]),), args, cfg["num_warps"]
-
-
 def _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg):
     """Launches; returns a direct launcher for (x, cos, sin, w or x, out) of the same signature."""
-    grid, args, warps = _interleaved_args(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
-    return direct_launcher(_interleaved_kernel[grid](*args, num_warps=warps), grid, args, 5)
+    R, D = x2.shape
+    (c, ci, cso, csi), (s, si, sso, ssi) = cos_map, sin_map
+    grid = (cdiv(R, cfg["BLOCK_R"]),)
+    args = (x2, c, s, w if w is not None else x2, out2, R, D, x2.stride(0), out2.stride(0),
+            ci, cso, csi, si, sso, ssi, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(D))
+    return direct_launcher(_interleaved_kernel[grid](*args, num_warps=cfg["num_warps"]), grid, args, 5)
 
 
 def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool):
@@ -150,19 +145,14 @@ def rms_norm_rope(x2, cos_map, sin_map, w, out2, eps: float, out_fp8: bool):
     return _launch_interleaved(x2, cos_map, sin_map, w, out2, eps, out_fp8, cfg)
 
 
-def _split_args(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
-    """(grid, every kernel parameter in signature order, num_warps)."""
-    R, h = x2.shape
-    half = h // H // 2
-    args = (x2, cos, sin, w if w is not None else x2, out2, R, T, H, half, x2.stride(0), out2.stride(0),
-            *c_strides, *s_strides, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(H), next_pow2(half))
-    return (cdiv(R, cfg["BLOCK_R"]),), args, cfg["num_warps"]
-
-
 def _launch_split(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg):
     """Launches; returns a direct launcher for (x, cos, sin, w or x, out) of the same signature."""
-    grid, args, warps = _split_args(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps, out_fp8, cfg)
-    return direct_launcher(_split_kernel[grid](*args, num_warps=warps), grid, args, 5)
+    R, h = x2.shape
+    half = h // H // 2
+    grid = (cdiv(R, cfg["BLOCK_R"]),)
+    args = (x2, cos, sin, w if w is not None else x2, out2, R, T, H, half, x2.stride(0), out2.stride(0),
+            *c_strides, *s_strides, eps, w is not None, out_fp8, cfg["BLOCK_R"], next_pow2(H), next_pow2(half))
+    return direct_launcher(_split_kernel[grid](*args, num_warps=cfg["num_warps"]), grid, args, 5)
 
 
 def rms_norm_split_rope(x2, T, H, cos, sin, c_strides, s_strides, w, out2, eps: float, out_fp8: bool):
