@@ -1,14 +1,17 @@
 // Standalone timing of the SM90 GEMM kernel (no torch): built with nvcc alone, so that variants
-// can be compiled on a CPU machine and timed on the GPU in one call. Random e4m3 operands, unit
-// scales, CUDA-event medians.
+// can be compiled on a CPU machine and timed on the GPU in one call. Random e4m3 operands,
+// non-trivial scales and bias; the first run is checked (every output written, nothing past M,
+// 512 sampled outputs against a host reference); CUDA-event medians.
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 [-DLTX_SM90_TIMING_NO_PROMOTE]
 //        [-DLTX_SM90_TIMING_NO_EPILOGUE] bench/sm90_standalone.cu -o sm90_standalone
 //   ./sm90_standalone M N K BM BN CLUSTER [reps]
 #include "../csrc/gemm_sm90/fp8_gemm_sm90_kernel.cu"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CHECK(x)                                                                      \
@@ -30,6 +33,19 @@ __global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {
   }
 }
 
+static float e4m3_value(uint8_t v) {
+  const int sign = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  const float mag = e == 0 ? std::ldexp(m / 8.f, -6) : std::ldexp(1.f + m / 8.f, e - 7);
+  return sign ? -mag : mag;
+}
+
+static float bf16_value(uint16_t v) {
+  uint32_t u = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 int main(int argc, char** argv) {
   if (argc < 7) {
     std::fprintf(stderr, "usage: %s M N K BM BN CLUSTER [reps]\n", argv[0]);
@@ -38,27 +54,37 @@ int main(int argc, char** argv) {
   const int M = std::atoi(argv[1]), N = std::atoi(argv[2]), K = std::atoi(argv[3]);
   const ltx_gemm_sm90::TileConfig cfg{std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6])};
   const int reps = argc > 7 ? std::atoi(argv[7]) : 30;
+  const int KB = K / 128, NB = N / 128, kPad = 64;  // kPad poisoned rows after D catch stores past M
+  const int M4 = (M + 3) / 4 * 4;                    // sa's K-block stride, as quantize_blockwise pads it
   uint8_t *a, *b;
-  float *sa, *sb;
+  float *sa, *sb, *bias;
   __nv_bfloat16* d;
   CHECK(cudaMalloc(&a, size_t(M) * K));
   CHECK(cudaMalloc(&b, size_t(N) * K));
-  CHECK(cudaMalloc(&sa, size_t(M) * (K / 128) * 4));
-  CHECK(cudaMalloc(&sb, size_t(N / 128) * (K / 128) * 4));
-  CHECK(cudaMalloc(&d, size_t(M) * N * 2));
+  CHECK(cudaMalloc(&sa, size_t(M4) * KB * 4));
+  CHECK(cudaMalloc(&sb, size_t(NB) * KB * 4));
+  CHECK(cudaMalloc(&bias, size_t(N) * 4));
+  CHECK(cudaMalloc(&d, size_t(M + kPad) * N * 2));
   fill_e4m3<<<1024, 256>>>(a, size_t(M) * K, 1);
   fill_e4m3<<<1024, 256>>>(b, size_t(N) * K, 2);
-  std::vector<float> ones(std::max(size_t(M) * (K / 128), size_t(N / 128) * (K / 128)), 1.f);
-  CHECK(cudaMemcpy(sa, ones.data(), size_t(M) * (K / 128) * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(sb, ones.data(), size_t(N / 128) * (K / 128) * 4, cudaMemcpyHostToDevice));
+  // non-trivial scales (sa M-major, as quantize_blockwise writes it) and bias
+  std::vector<float> h_sa(size_t(M4) * KB), h_sb(size_t(NB) * KB), h_bias(N);
+  for (int m = 0; m < M; ++m)
+    for (int kb = 0; kb < KB; ++kb) h_sa[size_t(kb) * M4 + m] = 0.5f + ((m * 7 + kb * 3) % 5) * 0.25f;
+  for (int nb = 0; nb < NB; ++nb)
+    for (int kb = 0; kb < KB; ++kb) h_sb[size_t(nb) * KB + kb] = 0.25f + ((nb + kb) % 4) * 0.25f;
+  for (int n = 0; n < N; ++n) h_bias[n] = float(n % 7) - 3.f;
+  CHECK(cudaMemcpy(sa, h_sa.data(), h_sa.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(sb, h_sb.data(), h_sb.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(bias, h_bias.data(), h_bias.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(d, 0xFF, size_t(M + kPad) * N * 2));  // bf16 NaN: unwritten outputs show up
   ltx_gemm_sm90::Params p{};
   p.sa = sa;
-  p.sa_sm = 1;
-  p.sa_sk = M;
+  p.sa_sk = M4;
   p.sb = sb;
-  p.sb_sn = K / 128;
+  p.sb_sn = KB;
   p.sb_sk = 1;
-  p.bias = nullptr;
+  p.bias = bias;
   p.d = d;
   p.ldd = N;
   p.M = M;
@@ -73,7 +99,44 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
   };
-  for (int i = 0; i < 5; ++i) run();
+  run();
+  CHECK(cudaDeviceSynchronize());
+  // check: every output written, nothing past M, sampled outputs against a host reference
+  const char* verdict = "ok";
+#ifndef LTX_SM90_TIMING_NO_EPILOGUE
+#ifndef LTX_SM90_TIMING_NO_PROMOTE
+  {
+    std::vector<uint16_t> h_d(size_t(M + kPad) * N);
+    std::vector<uint8_t> h_a(size_t(M) * K), h_b(size_t(N) * K);
+    CHECK(cudaMemcpy(h_d.data(), d, h_d.size() * 2, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(h_a.data(), a, h_a.size(), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(h_b.data(), b, h_b.size(), cudaMemcpyDeviceToHost));
+    size_t unwritten = 0, past_m = 0;
+    for (size_t i = 0; i < size_t(M) * N; ++i) unwritten += h_d[i] == 0xFFFF;
+    for (size_t i = size_t(M) * N; i < h_d.size(); ++i) past_m += h_d[i] != 0xFFFF;
+    double err2 = 0, ref2 = 0;
+    const int kSamples = 512;
+    for (int i = 0; i < kSamples; ++i) {
+      const int m = i < 16 ? std::max(0, M - 1 - i % 4) : int((uint64_t(i) * 2654435761u) % M);
+      const int n = i < 16 ? std::max(0, N - 1 - i / 4) : int((uint64_t(i) * 40503u + 17) % N);
+      double ref = h_bias[n];
+      for (int kb = 0; kb < KB; ++kb) {
+        double blk = 0;
+        for (int k = kb * 128; k < kb * 128 + 128; ++k)
+          blk += double(e4m3_value(h_a[size_t(m) * K + k])) * e4m3_value(h_b[size_t(n) * K + k]);
+        ref += blk * h_sa[size_t(kb) * M4 + m] * h_sb[size_t(n / 128) * KB + kb];
+      }
+      const double got = bf16_value(h_d[size_t(m) * N + n]);
+      err2 += (got - ref) * (got - ref);
+      ref2 += ref * ref;
+    }
+    const double rel = std::sqrt(err2 / ref2);  // the GPU tests' measure: ||d - ref|| / ||ref||
+    if (unwritten || past_m || !(rel < 3e-3)) verdict = "WRONG";
+    std::printf("check %s: %zu unwritten, %zu written past M, rel err %.2e\n", verdict, unwritten, past_m, rel);
+  }
+#endif
+#endif
+  for (int i = 0; i < 4; ++i) run();
   CHECK(cudaDeviceSynchronize());
   std::vector<float> ms(reps);
   cudaEvent_t e0, e1;
@@ -91,5 +154,5 @@ int main(int argc, char** argv) {
   const double med = ms[reps / 2];
   std::printf("%dx%dx%d tile %dx%dx%d: %.1f us, %.0f TFLOP/s\n", M, N, K, cfg.block_m, cfg.block_n, cfg.cluster,
               med * 1e3, 2.0 * M * N * K / (med * 1e-3) / 1e12);
-  return 0;
+  return verdict[0] == 'o' ? 0 : 1;
 }

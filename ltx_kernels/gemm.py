@@ -84,11 +84,22 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
+    """sa as the SM90 kernel's TMA reads it: M-major, 16-byte aligned base and K-block stride (what
+    quantize_blockwise writes); any other layout is copied into that one."""
+    m, kb = sa.shape
+    if (m == 1 or sa.stride(0) == 1) and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0:
+        return sa
+    buf = torch.empty(kb, ref.align4(m), dtype=torch.float32, device=sa.device)
+    buf[:, :m].copy_(sa.t())
+    return buf.t()[:m]
+
+
 @gemm_op.register("cuda", reasons=_cuda_reasons)
 def _gemm_cuda(a, sa, b, sb, bias, d):
     mod, _ = _ext.load("_C_gemm_sm90")
     bm, bn, cl = sm90_tile_config(a.shape[0], b.shape[0], _num_sms(a.device.index or 0))
-    mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl)
+    mod.fp8_gemm_nt(a, _tma_scales(sa), b, sb, bias, d, bm, bn, cl)
 
 
 def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,

@@ -106,8 +106,9 @@ def empty_aligned_scales(m: int, kb: int, device, zero: bool = True) -> torch.Te
 
 def _quantize_blocks(u: torch.Tensor, scale_max: float):
     """u fp32 [..., NB, 128] -> codes fp8 [..., NB, 128], scales fp32 [..., NB]."""
-    amax = u.abs().amax(dim=-1).clamp_min(AMAX_FLOOR)
-    # NaN inputs: amax is NaN, the codes become NaN, as the data says.
+    a = u.abs()
+    # NaN is ignored by the absmax (a NaN element's own code is NaN); inf still makes amax inf
+    amax = torch.where(a.isnan(), 0.0, a).amax(dim=-1).clamp_min(AMAX_FLOOR)
     sm = torch.tensor(scale_max, dtype=torch.float32, device=u.device)
     inv = sm / amax
     q = to_fp8_saturated(u * inv.unsqueeze(-1))

@@ -33,6 +33,22 @@ def test_auto_picks_cuda_and_strided_scales():
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
 
 
+@pytest.mark.parametrize("layout", ["odd_stride", "unaligned_base", "k_major_m1"])
+def test_scales_the_tma_cannot_read_are_copied(layout):
+    # the kernel reads sa with TMA (M-major, 16-byte aligned); other layouts go through a copy
+    m, n, k = (1 if layout == "k_major_m1" else 257), 256, 512
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+    if layout == "odd_stride":
+        view = torch.full((k // 128, m + 1), float("nan"), device="cuda").t()[:m]
+    elif layout == "unaligned_base":
+        view = torch.full((k // 128, 260), float("nan"), device="cuda").t()[1:m + 1]  # stride 260: only the base is off
+    else:
+        view = torch.full((m, k // 128), float("nan"), device="cuda")
+    view.copy_(sa)
+    out = lk.fp8_gemm_nt(qa, view, qb, sb, backend="cuda")
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+
+
 def test_saturated_operands_do_not_overflow():
     m, n, k = 128, 256, 4096
     qa = torch.full((m, k), 448.0, device="cuda").to(torch.float8_e4m3fn)

@@ -45,6 +45,19 @@ def test_zero_blocks_saturation_subnormals(device):
                      x / s.repeat_interleave(128, 1))
 
 
+def test_nan_is_ignored_by_the_block_absmax(device):
+    x = torch.randn(3, 256, device=device)
+    x[0, 5] = float("nan")       # one NaN in a block: scale from the other 127 values
+    x[2, 128:] = float("nan")    # a whole NaN block: finite scale (the floor), NaN codes
+    q, s = lk.quantize_blockwise(x, backend="triton")
+    qr, sr = ref.quantize_blockwise(x)
+    assert torch.equal(s, sr) and torch.isfinite(s).all()
+    finite = ~x.isnan()
+    assert_codes_equal(q[finite].view(1, -1), qr[finite].view(1, -1))
+    assert q[~finite].float().isnan().all()
+    torch.testing.assert_close(s[0, 0], x[0, :128].nan_to_num(0).abs().max() / 448, rtol=0, atol=0)
+
+
 def test_scale_max_and_fp6_range(device):
     x = torch.randn(4, 256, device=device)
     q, s = lk.quantize_blockwise(x, scale_max=lk.FP6_SCALE_MAX, backend="triton")

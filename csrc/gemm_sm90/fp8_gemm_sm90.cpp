@@ -24,8 +24,10 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   TORCH_CHECK(M < (int64_t(1) << 31) && N < (int64_t(1) << 31) && K < (int64_t(1) << 31), "dims must fit int32");
   if (M == 0 || N == 0) return;
   ltx_gemm_sm90::Params p{};
+  TORCH_CHECK((M == 1 || sa.stride(0) == 1) && sa.stride(1) % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(sa.data_ptr()) % 16 == 0,
+              "sa must be M-major with a 16-byte aligned base and K-block stride (ltx_kernels/gemm.py copies it so)");
   p.sa = sa.data_ptr<float>();
-  p.sa_sm = sa.stride(0);
   p.sa_sk = sa.stride(1);
   p.sb = sb.data_ptr<float>();
   p.sb_sn = sb.stride(0);

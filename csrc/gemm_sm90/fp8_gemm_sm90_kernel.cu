@@ -35,14 +35,23 @@ struct Config {
   static_assert(BN == 128 || (BN == 192 && BM == 128), "BN is 128, or 192 with BM = 128 (registers)");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
   static constexpr int kWaves = BM / 128;  // 64-row waves per consumer warpgroup
-  static constexpr int kStageBytes = (BM + BN) * BK;
-  static constexpr int kStagingBytes = 64 * BN * 2;  // one 64-row bf16 wave per consumer
-  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingBytes - 2048) / kStageBytes;
+  static constexpr int kStageBytes = (BM + BN) * BK + BM * 4;  // A and B tiles, A's scales
+  static constexpr int kWaveBytes = 64 * BN * 2;  // one 64-row bf16 wave of output
+  // Each consumer stages all its waves when that still leaves 4 pipeline stages, else one wave at
+  // a time (the second wave then waits for the TMA to have read the first).
+#ifdef LTX_SM90_STAGING_WAVES  // timing experiments only (bench/sm90_standalone.cu)
+  static constexpr int kStagingWaves = LTX_SM90_STAGING_WAVES < kWaves ? LTX_SM90_STAGING_WAVES : kWaves;
+#else
+  static constexpr int kStagingWaves =
+      (kSmemLimit - kConsumers * kWaves * kWaveBytes - 2048) / kStageBytes >= 4 ? kWaves : 1;
+#endif
+  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingWaves * kWaveBytes - 2048) / kStageBytes;
   static constexpr int kStages = kFit < 6 ? kFit : 6;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
-    uint8_t staging[kConsumers][kStagingBytes];
+    uint8_t staging[kConsumers][kStagingWaves][kWaveBytes];
+    float sa[kStages][BM];  // the tile rows' 1x128 scales of each stage's K block
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };
@@ -98,6 +107,12 @@ __device__ __forceinline__ float ldg_ordered(const float* ptr) {
   return v;
 }
 
+__device__ __forceinline__ float lds_ordered(const float* ptr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));
+  return v;
+}
+
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -143,40 +158,75 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N>  // until at most N committed wgmma groups of this warpgroup are pending
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                      int scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+// Pins the accumulator registers at this point of the instruction stream: reads of an accumulator
+// may not be hoisted above the wait that completes its wgmma (ptxas would then serialize them).
+template <int R>
+__device__ __forceinline__ void fence_operands(float (&r)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-__device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t desc_a, uint64_t desc_b,
-                                                      int scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+// TMA store of one box from shared memory; completion is tracked per thread in bulk async-groups.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c_inner, int c_row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c_inner), "r"(c_row), "r"(smem_addr(src))
+               : "memory");
+}
+// An empty group is fine: it keeps one group per staging-buffer use, which bulk_wait_read counts on.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>  // until at most N of this thread's store groups may still read shared memory
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-template <int BN>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (BN == 128) wgmma_m64n128k32_e4m3(d, desc_a, desc_b, scale_d);
-  else wgmma_m64n192k32_e4m3(d, desc_a, desc_b, scale_d);
+// The accumulator operand lists of the wgmma below; C is "+f" (d read and written) or "=f" (d only
+// written, for a first wgmma with scale-d = 0). "=f" lets ptxas give the fresh block other
+// registers than the previous block's values, so those can still be read while it runs: needed
+// where two accumulators alternate (and no register copy may land inside the wgmma pipeline,
+// where ptxas would serialize every wgmma), harmful where one accumulator is reused (the two
+// blocks' values then need registers at once, and spill).
+#define LTX_ACC8(C, i) C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
+#define LTX_ACC64(C) \
+  LTX_ACC8(C, 0), LTX_ACC8(C, 8), LTX_ACC8(C, 16), LTX_ACC8(C, 24), LTX_ACC8(C, 32), LTX_ACC8(C, 40), LTX_ACC8(C, 48), \
+      LTX_ACC8(C, 56)
+#define LTX_ACC96(C) LTX_ACC64(C), LTX_ACC8(C, 64), LTX_ACC8(C, 72), LTX_ACC8(C, 80), LTX_ACC8(C, 88)
+#define LTX_WGMMA(N, REGS, DESC_A, DESC_B, SCALE_D) \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"   \
+  "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, " DESC_A ", " DESC_B ", p, 1, 1;\n}\n"
+#define LTX_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define LTX_REGS96                                                                                                  \
+  LTX_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, " \
+             "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+
+enum class Acc { kFresh, kOverwrite, kAccumulate };  // "=f" scale-d 0, "+f" scale-d 0, "+f" scale-d 1
+
+template <int BN, Acc kMode>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
+  constexpr int scale_d = kMode == Acc::kAccumulate ? 1 : 0;
+  if constexpr (BN == 128) {
+    if constexpr (kMode == Acc::kFresh)
+      asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("=f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    else
+      asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    static_assert(BN == 192, "wgmma n128 or n192");
+    if constexpr (kMode == Acc::kFresh)
+      asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("=f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    else
+      asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 }
 
 template <int N>
@@ -197,10 +247,13 @@ __device__ __forceinline__ void unit_coords(int unit, int num_m, int num_groups,
 
 template <int BM, int BN, int CLUSTER>
 __global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, Params p) {
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                    const __grid_constant__ CUtensorMap tma_d, const __grid_constant__ CUtensorMap tma_sa, Params p) {
   using Cfg = Config<BM, BN, CLUSTER>;
   constexpr int kStages = Cfg::kStages, kWaves = Cfg::kWaves;
   constexpr int NJ = BN / 8;        // 8-column chunks of a wgmma accumulator row
+  // one 64 x 128 wave per consumer leaves registers for two accumulators (see the k-loops)
+  constexpr bool kTwoAccumulators = kWaves == 1 && BN == 128;
   constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -218,6 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&s.full[i], 1);
       mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
+    prefetch_map(&tma_a);
+    prefetch_map(&tma_b);
+    prefetch_map(&tma_d);
+    prefetch_map(&tma_sa);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
@@ -241,13 +298,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (n_blk >= num_n) n_blk = 0;
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
-          mbar_expect_tx(&s.full[stage], (BM + BN) * BK);  // rows past M / N arrive zero-filled, still counted
+          // rows past M / N arrive zero-filled and are still counted
+          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes);
           if constexpr (CLUSTER > 1)
             tma_load_2d_multicast(&tma_a, &s.full[stage], s.a[stage] + rank * kRowsA * BK, kb * BK, a_row,
                                   static_cast<uint16_t>((1 << CLUSTER) - 1));
           else
             tma_load_2d(&tma_a, &s.full[stage], s.a[stage], kb * BK, a_row);
           tma_load_2d(&tma_b, &s.full[stage], s.b[stage], kb * BK, n_blk * BN);
+          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -260,10 +319,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;
     const int warp = t / 32, lane = t % 32;
     const int row_in_wave = warp * 16 + lane / 4;  // and row_in_wave + 8
-    uint8_t* staging = s.staging[c];
-    int stage = 0;
+    int stage = 0;           // next stage to compute on
     uint32_t phase = 0;
-    float acc[BN / 2];
+    int release_stage = 0;   // next stage to hand back to the producer(s)
+    auto release = [&] {     // stage consumed: release it to the producer of every CTA that wrote it
+      if constexpr (CLUSTER > 1) {
+        if (lane < CLUSTER) mbar_arrive_cluster(&s.empty[release_stage], lane);
+      } else if (lane == 0) {
+        mbar_arrive(&s.empty[release_stage]);
+      }
+      if (++release_stage == kStages) release_stage = 0;
+    };
+    // wait for the next stage and read this consumer's rows of its A scales (kept in registers
+    // until the promotion: the stage may be refilled once it is released)
+    auto acquire = [&](float (&sa)[kWaves][2]) {
+      mbar_wait(&s.full[stage], phase);
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sa[w][h] = lds_ordered(&s.sa[stage][c * (BM / 2) + w * 64 + row_in_wave + 8 * h]);
+    };
+    // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
+    auto issue = [&](float (&acc)[BN / 2], int w) {
+      wgmma_fence();
+      const uint8_t* a_wave = s.a[stage] + (c * (BM / 2) + w * 64) * BK;
+      wgmma_e4m3<BN, kTwoAccumulators ? Acc::kFresh : Acc::kOverwrite>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
+#pragma unroll
+      for (int k = 1; k < BK / 32; ++k)
+        wgmma_e4m3<BN, Acc::kAccumulate>(acc, smem_desc(a_wave + k * 32), smem_desc(s.b[stage] + k * 32));
+      wgmma_commit();
+      if (w == kWaves - 1 && ++stage == kStages) {  // all waves issued: the next acquire waits for the next stage
+        stage = 0;
+        phase ^= 1;
+      }
+    };
     float total[kWaves][BN / 2];
     for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
       int m_blk, n_grp;
@@ -280,111 +369,141 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      // Scales are prefetched one k-block ahead: an L2 round trip is longer than one k-block's
-      // wgmma. Rows past M read row M-1's scales (their outputs are never stored).
-      const float* sa_row[kWaves][2];
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          sa_row[w][h] = p.sa + static_cast<int64_t>(min(row0 + w * 64 + row_in_wave + 8 * h, p.M - 1)) * p.sa_sm;
+      // The weight scales (one or two per K block and tile) come from global memory, loaded one
+      // K block ahead into two register sets used alternately (the k-loops below are unrolled by
+      // two), since an L2 round trip is longer than a K block's wgmma.
       const float* sb_row0 = p.sb + nb0 * p.sb_sn;
       const float* sb_row1 = p.sb + (has_nb1 ? nb0 + 1 : nb0) * p.sb_sn;
-      // Two register sets, used alternately (the k-loop is unrolled by two), so that a set is
-      // reloaded only after its last use: with one set and a copy, the compiler placed the copy
-      // (which waits for the load) right after the first wgmma of the block.
       float sa_x[kWaves][2], sa_y[kWaves][2], sb0_x, sb1_x, sb0_y, sb1_y;
-      auto load_scales = [&](int kb, float (&sa_o)[kWaves][2], float& sb0_o, float& sb1_o) {
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) sa_o[w][h] = ldg_ordered(sa_row[w][h] + kb * p.sa_sk);
+      auto load_sb = [&](int kb, float& sb0_o, float& sb1_o) {
         sb0_o = ldg_ordered(sb_row0 + kb * p.sb_sk);
         sb1_o = BN > 128 ? ldg_ordered(sb_row1 + kb * p.sb_sk) : 0.f;
       };
-      auto k_block = [&](int kb, const float (&sa)[kWaves][2], float sb0, float sb1) {
+      // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
+      auto promote = [&](int w, const float (&acc)[BN / 2], const float (&sa)[kWaves][2], float sb0, float sb1,
+                         int kb) {
         if (!has_nb1) sb1 = 0.f;
-        mbar_wait(&s.full[stage], phase);
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w) {
-          wgmma_fence();
-#pragma unroll
-          for (int k = 0; k < BK / 32; ++k)
-            wgmma_e4m3<BN>(acc, smem_desc(s.a[stage] + (c * (BM / 2) + w * 64) * BK + k * 32),
-                           smem_desc(s.b[stage] + k * 32), k > 0 ? 1 : 0);
-          wgmma_commit();
-          wgmma_wait_all();
-          if (w == kWaves - 1) {  // stage consumed: release it to the producer of every CTA that wrote it
-            if constexpr (CLUSTER > 1) {
-              if (lane < CLUSTER) mbar_arrive_cluster(&s.empty[stage], lane);
-            } else if (lane == 0) {
-              mbar_arrive(&s.empty[stage]);
-            }
-          }
 #ifndef LTX_SM90_TIMING_NO_PROMOTE  // timing experiments only (bench/sm90_standalone.cu), never in a build
 #pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            const float sbj = (BN == 128 || j < j_split) ? sb0 : sb1;
-            const float s0 = sa[w][0] * sbj, s1 = sa[w][1] * sbj;
-            total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-            total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-            total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-            total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
-          }
+        for (int j = 0; j < NJ; ++j) {
+          const float sbj = (BN == 128 || j < j_split) ? sb0 : sb1;
+          const float s0 = sa[w][0] * sbj, s1 = sa[w][1] * sbj;
+          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
+        }
 #else
-          if (kb == kblocks - 1)
-            for (int i = 0; i < BN / 2; ++i) total[w][i] = acc[i] * sa[w][i % 4 / 2] * sb0 * sb1;
+        if (kb == kblocks - 1)
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = acc[i] * sa[w][i % 4 / 2] * sb0 * sb1;
 #endif
-        }
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
       };
-      load_scales(0, sa_x, sb0_x, sb1_x);
-      for (int kb = 0; kb < kblocks; kb += 2) {
-        if (kb + 1 < kblocks) load_scales(kb + 1, sa_y, sb0_y, sb1_y);
-        k_block(kb, sa_x, sb0_x, sb1_x);
-        if (kb + 1 < kblocks) {
-          if (kb + 2 < kblocks) load_scales(kb + 2, sa_x, sb0_x, sb1_x);
-          k_block(kb + 1, sa_y, sb0_y, sb1_y);
+      if constexpr (kTwoAccumulators) {
+        // One 64 x 128 wave per consumer: two accumulators, so that block kb + 1's wgmma are queued on the
+        // tensor cores before block kb is promoted (wait_group 1), and the promotion FFMAs overlap
+        // the tensor-core work instead of following it. (BN = 192 has no registers for this.)
+        float acc_x[BN / 2], acc_y[BN / 2];
+        // ptxas keeps the wgmma pipelined only with straight-line waits: the loop body always
+        // issues two blocks ahead, and the last one or two blocks are peeled off after it.
+        auto finish = [&](float (&acc)[BN / 2], const float (&sa)[kWaves][2], float sb0, float sb1, int kb) {
+          fence_operands(acc);
+          release();
+          promote(0, acc, sa, sb0, sb1, kb);
+          fence_operands(acc);
+        };
+        auto start = [&](int kb, float (&acc)[BN / 2], float (&sa)[kWaves][2], float& sb0, float& sb1) {
+          load_sb(kb, sb0, sb1);
+          acquire(sa);
+          issue(acc, 0);
+        };
+        start(0, acc_x, sa_x, sb0_x, sb1_x);
+        int kb = 0;
+        for (; kb + 2 < kblocks; kb += 2) {
+          start(kb + 1, acc_y, sa_y, sb0_y, sb1_y);
+          wgmma_wait<1>();
+          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
+          start(kb + 2, acc_x, sa_x, sb0_x, sb1_x);
+          wgmma_wait<1>();
+          finish(acc_y, sa_y, sb0_y, sb1_y, kb + 1);
         }
+        if (kb + 1 < kblocks) {
+          start(kb + 1, acc_y, sa_y, sb0_y, sb1_y);
+          wgmma_wait<1>();
+          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
+          wgmma_wait<0>();
+          finish(acc_y, sa_y, sb0_y, sb1_y, kb + 1);
+        } else {
+          wgmma_wait<0>();
+          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
+        }
+      } else {
+        // Waves of a consumer share one accumulator (registers): each wave waits for its own wgmma;
+        // the other consumer's wgmma keep the tensor cores busy meanwhile.
+        float acc[BN / 2];
+        auto k_block = [&](int kb, float sb0, float sb1) {
+          acquire(sa_x);
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w) {
+            issue(acc, w);
+            wgmma_wait<0>();
+            fence_operands(acc);
+            if (w == kWaves - 1) release();
+            promote(w, acc, sa_x, sb0, sb1, kb);
+          }
+        };
+        load_sb(0, sb0_x, sb1_x);
+        for (int kb = 0; kb < kblocks; kb += 2) {
+          if (kb + 1 < kblocks) load_sb(kb + 1, sb0_y, sb1_y);
+          k_block(kb, sb0_x, sb1_x);
+          if (kb + 1 < kblocks) {
+            if (kb + 2 < kblocks) load_sb(kb + 2, sb0_x, sb1_x);
+            k_block(kb + 1, sb0_y, sb1_y);
+          }
+        }
+        (void)sa_y;
       }
-      // Epilogue, per wave: bias and one bf16 rounding into the staging tile (16-byte chunk ch of
-      // row r at chunk ch ^ (r % 8): the 8 rows a warp writes at once hit distinct banks), then
-      // 16-byte coalesced stores of whole rows.
 #ifdef LTX_SM90_TIMING_NO_EPILOGUE
       if (total[0][0] == 12345.f) p.d[t] = __float2bfloat16(total[kWaves - 1][BN / 2 - 1]);
       continue;
 #endif
+      // Epilogue, per wave: bias and one bf16 rounding into a staging buffer laid out as the TMA
+      // store's 64-column boxes with 128-byte swizzle (16-byte chunk ch of row r at ch ^ (r % 8):
+      // the 8 rows a warp writes at once hit distinct banks), then one thread stores the boxes with
+      // TMA. The store runs asynchronously while the consumers go on to the next tile; a buffer is
+      // rewritten only after the TMA has read it. TMA clips rows past M and columns past N.
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        named_barrier_sync(1 + c, 128);  // the previous wave's stores have read the staging tile
+        uint8_t* staging = s.staging[c][w % Cfg::kStagingWaves];
+        if (t == 0) bulk_wait_read<Cfg::kStagingWaves - 1>();
+        named_barrier_sync(1 + c, 128);
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
           const int col = n0 + 8 * j + 2 * (lane % 4);
           float2 bv = make_float2(0.f, 0.f);  // two scalar loads: bias may be a view with any 4-byte offset
           if (p.bias && col < p.N) bv = make_float2(__ldg(p.bias + col), __ldg(p.bias + col + 1));
+          uint8_t* box = staging + (j / 8) * (64 * 128);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = row_in_wave + 8 * h;
             const __nv_bfloat162 v =
                 __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-            *reinterpret_cast<__nv_bfloat162*>(staging + r * (BN * 2) + ((j ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+            *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
           }
         }
+        fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
         named_barrier_sync(1 + c, 128);
+        const int wave_row = row0 + w * 64;
+        if (t == 0) {
+          if (wave_row < p.M) {
 #pragma unroll
-        for (int i = 0; i < 64 * NJ / 128; ++i) {
-          const int idx = i * 128 + t;
-          const int r = idx / NJ, ch = idx % NJ;
-          const int grow = row0 + w * 64 + r, gcol = n0 + ch * 8;
-          if (grow < p.M && gcol < p.N)
-            *reinterpret_cast<uint4*>(p.d + static_cast<int64_t>(grow) * p.ldd + gcol) =
-                *reinterpret_cast<const uint4*>(staging + r * (BN * 2) + ((ch ^ (r % 8)) * 16));
+            for (int bx = 0; bx < BN / 64; ++bx)
+              if (n0 + bx * 64 < p.N) tma_store_2d(&tma_d, staging + bx * (64 * 128), n0 + bx * 64, wave_row);
+          }
+          bulk_commit();
         }
       }
     }
+    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
   }
   // no CTA may leave while its peer can still multicast into it or arrive on its barriers
   if constexpr (CLUSTER > 1) cluster_sync();
@@ -406,18 +525,20 @@ EncodeTiled encoder() {
   return fn;
 }
 
-// rows x cols (bytes, fp8) row-major with row stride ld bytes, box_rows x 128 boxes, 128B swizzle.
-const char* make_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+// rows x cols row-major (row stride ld_bytes) in box_rows x box_cols boxes; with the 128-byte
+// swizzle a box row is 128 bytes (the swizzle's span).
+const char* make_map(CUtensorMap* map, CUtensorMapDataType dtype, const void* ptr, int64_t rows,
+                     int64_t cols, int64_t ld_bytes, int box_cols, int box_rows,
+                     CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   EncodeTiled enc = encoder();
   if (!enc) return "cuTensorMapEncodeTiled is not available from the driver";
   cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  cuuint32_t box[2] = {BK, static_cast<cuuint32_t>(box_rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld_bytes)};
+  cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   cuuint32_t elem[2] = {1, 1};
-  CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, elem,
-                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected the operand (alignment or stride)";
+  CUresult r = enc(map, dtype, 2, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor (alignment or stride)";
 }
 
 // Per-device launch facts of one instantiation: the shared-memory opt-in is per device, and so is
@@ -474,20 +595,25 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
   int max_ctas = 0;
   if (const char* e = prepare<BM, BN, CLUSTER>(dev, num_sms, max_ctas)) return e;
-  CUtensorMap ma, mb;
-  if (const char* e = make_map(&ma, a, p.M, p.K, lda, BM / CLUSTER)) return e;
-  if (const char* e = make_map(&mb, b, p.N, p.K, ldb, BN)) return e;
+  CUtensorMap ma, mb, md, msa;
+  if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
+  if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
+  if (const char* e = make_map(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, p.M, p.N, p.ldd * 2, 64, 64)) return e;
+  // A's scales as a [K/128, M] row-major matrix (M-major), one BM-wide box per stage
+  if (const char* e = make_map(&msa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sa, p.K / BK, p.M, p.sa_sk * 4, BM, 1,
+                               CU_TENSOR_MAP_SWIZZLE_NONE))
+    return e;
   const int num_n = (p.N + BN - 1) / BN;
   const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER);
   const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes;
   if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1><<<grid, kThreads, smem, stream>>>(ma, mb, p);
+    fp8_gemm_kernel<BM, BN, 1><<<grid, kThreads, smem, stream>>>(ma, mb, md, msa, p);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, smem, stream, attr);
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, md, msa, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
   return nullptr;

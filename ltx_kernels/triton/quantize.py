@@ -16,7 +16,13 @@ import triton.language as tl
 
 from .. import reference as ref
 from .. import tuning
+from .._dispatch import interpreter_on
 from . import cdiv, next_pow2
+
+
+# NaN is ignored by the block absmax. The GPU's max does that by itself (maxNum); numpy's, in the
+# interpreter, propagates NaN, so only there is it masked out (two instructions per element).
+_MASK_NAN = tl.constexpr(interpreter_on())
 
 
 @triton.jit
@@ -25,7 +31,10 @@ def _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride
     """u: fp32 [BLOCK_M, BLOCK_KB*128] for rows ``rows`` and the 128-blocks from ``kb0`` on."""
     kbs = kb0 + tl.arange(0, BLOCK_KB)
     u3 = tl.reshape(u, (BLOCK_M, BLOCK_KB, 128))
-    amax = tl.max(tl.where(u3 == u3, tl.abs(u3), 0.0), axis=2)
+    a3 = tl.abs(u3)
+    if _MASK_NAN:
+        a3 = tl.where(u3 == u3, a3, 0.0)
+    amax = tl.max(a3, axis=2)
     amax = tl.maximum(amax, AMAX_FLOOR)
     smax = tl.full((BLOCK_M, BLOCK_KB), scale_max, tl.float32)
     inv = tl.math.div_rn(smax, amax)
@@ -232,8 +241,9 @@ def _row_cfg(kb_pad: int) -> dict:
 
 
 def _row_candidates(kb_pad: int) -> list[dict]:
-    return [{"BLOCK_M": m, "num_warps": w} for m in (1, 2, 4, 8) for w in (4, 8, 16)
-            if m * kb_pad * 128 <= 32768]
+    # 2 warps: the per-row reductions and divisions spread over fewer threads (issue-bound rows)
+    return [{"BLOCK_M": m, "num_warps": w} for m in (1, 2, 4, 8) for w in (2, 4, 8, 16)
+            if m * kb_pad * 128 <= 32768 and m * kb_pad * 128 <= 64 * 32 * w]
 
 
 def _chunk_cfg(kb: int) -> dict:
