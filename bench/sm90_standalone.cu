@@ -4,7 +4,7 @@
 // 512 sampled outputs against a host reference); CUDA-event medians.
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 [-DLTX_SM90_TIMING_NO_PROMOTE]
 //        [-DLTX_SM90_TIMING_NO_EPILOGUE] bench/sm90_standalone.cu -o sm90_standalone
-//   ./sm90_standalone M N K BM BN CLUSTER [reps]
+//   [LTX_SM90_DATA=full] ./sm90_standalone M N K BM BN CLUSTER [reps]
 #include "../csrc/gemm_sm90/fp8_gemm_sm90_kernel.cu"
 
 #include <algorithm>
@@ -23,13 +23,17 @@
     }                                                                                 \
   } while (0)
 
-__global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {
+// mask 0xBF clears exponent bit 6 (|v| < 2, no NaN); 0xFF keeps every code but NaN (up to 448,
+// as quantized activations are: more toggling bits, more power)
+__global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed, uint32_t mask) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = (uint32_t(i) * 2654435761u) ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
     h ^= h >> 13;
-    p[i] = uint8_t(h & 0xBF);  // exponent bit 6 cleared: no NaN, magnitudes up to 2^0..
+    uint8_t v = uint8_t(h & mask);
+    if ((v & 0x7F) == 0x7F) v ^= 1;  // NaN -> 448
+    p[i] = v;
   }
 }
 
@@ -65,8 +69,10 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&sb, size_t(NB) * KB * 4));
   CHECK(cudaMalloc(&bias, size_t(N) * 4));
   CHECK(cudaMalloc(&d, size_t(M + kPad) * N * 2));
-  fill_e4m3<<<1024, 256>>>(a, size_t(M) * K, 1);
-  fill_e4m3<<<1024, 256>>>(b, size_t(N) * K, 2);
+  const char* data = std::getenv("LTX_SM90_DATA");  // "full": every e4m3 code but NaN
+  const uint32_t mask = data && std::strcmp(data, "full") == 0 ? 0xFF : 0xBF;
+  fill_e4m3<<<1024, 256>>>(a, size_t(M) * K, 1, mask);
+  fill_e4m3<<<1024, 256>>>(b, size_t(N) * K, 2, mask);
   // non-trivial scales (sa M-major, as quantize_blockwise writes it) and bias
   std::vector<float> h_sa(size_t(M4) * KB), h_sb(size_t(NB) * KB), h_bias(N);
   for (int m = 0; m < M; ++m)
