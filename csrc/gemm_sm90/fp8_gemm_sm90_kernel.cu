@@ -3,17 +3,19 @@
 // Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
 // BM x BN (BM = 128 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels in
 // L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
-// swizzle) into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER = 2 the two
-// CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half of the A
-// tile and multicasts it to both, which halves the L2 -> SM traffic for A; consumers then release a
-// stage to both CTAs' producers. Warpgroups 1 and 2 are consumers with BM/2 rows each, done as
+// swizzle) and of A's 1x128 scales for the tile rows into a kStages-deep ring guarded by "full" /
+// "empty" mbarriers. With CLUSTER = 2 the two CTAs of a cluster take horizontally adjacent tiles
+// (same rows of A): each loads half of the A tile and multicasts it to both; consumers then release
+// a stage to both CTAs' producers. Warpgroups 1 and 2 are consumers with BM/2 rows each, done as
 // BM/128 waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32
 // accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's scales
-// (sa per row, sb per 128 columns), so nothing accumulates in the tensor cores' reduced precision
-// beyond one 128-K block. While one consumer promotes, the other's wgmma keeps the tensor cores
-// busy. Epilogue: fp32 bias, one bf16 rounding, the tile staged through XOR-swizzled shared memory
-// (no bank conflicts) and written with 16-byte stores predicated on M and N. TMA zero-fills operand
-// rows past M / N. N and K must be multiples of 128 (checked on the host, in Python).
+// (sa per row from shared memory, sb per 128 columns from global memory one block ahead), so
+// nothing accumulates in the tensor cores' reduced precision beyond one 128-K block. With one
+// 64 x 128 wave per consumer there are registers for two accumulators: block k+1's wgmma are
+// queued before block k is promoted. Epilogue: fp32 bias, one bf16 rounding, the tile staged in
+// shared memory as 64-column TMA boxes (128-byte swizzle: no bank conflicts) and stored by TMA,
+// which clips rows past M, while the consumers start the next tile. TMA zero-fills operand rows
+// past M / N. N and K must be multiples of 128 (checked on the host, in Python).
 #include "fp8_gemm_sm90.h"
 
 #include <cuda_bf16.h>
