@@ -19,6 +19,14 @@ def _init(rank, world, path):
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
 
 
+def _finish():
+    # After a passing worker, about one exit in five aborted in C++ teardown on the 2-core CI
+    # machine ("terminate called without an active exception", no Python frame; the worker's
+    # checks had all run). Skip the interpreter's teardown.
+    dist.destroy_process_group()
+    os._exit(0)
+
+
 def _inputs(world, counts, b, h, d, dtype):
     g = torch.Generator().manual_seed(1234)
     return [(torch.randn(b, c, h, d, generator=g) * 100).to(dtype) for c in counts]
@@ -53,7 +61,7 @@ def _layouts_worker(rank, world, path):
     a2a.set_rank_tokens(counts)
     f = torch.compile(lambda x: a2a.gather_heads(a2a.send_recv_heads(x) * 2), fullgraph=True, backend="aot_eager")
     assert _same(f(xs[rank]), xs[rank] * 2)
-    dist.destroy_process_group()
+    _finish()
 
 
 def _bad_inputs_worker(rank, world, path):
@@ -78,7 +86,7 @@ def _bad_inputs_worker(rank, world, path):
     for exc, match, fn in cases:
         with pytest.raises(exc, match=match):
             fn()
-    dist.destroy_process_group()
+    _finish()
 
 
 def _timeout_worker(rank, world, path):
