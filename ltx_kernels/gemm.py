@@ -91,9 +91,7 @@ def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
     m, kb = sa.shape
     if (m == 1 or sa.stride(0) == 1) and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0:
         return sa
-    buf = torch.empty(kb, ref.align4(m), dtype=torch.float32, device=sa.device)
-    buf[:, :m].copy_(sa.t())
-    return buf.t()[:m]
+    return ref.empty_aligned_scales(m, kb, sa.device, zero=False).copy_(sa)
 
 
 @gemm_op.register("cuda", reasons=_cuda_reasons)

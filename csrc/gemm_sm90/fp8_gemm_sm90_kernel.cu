@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // two), since an L2 round trip is longer than a K block's wgmma.
       const float* sb_row0 = p.sb + nb0 * p.sb_sn;
       const float* sb_row1 = p.sb + (has_nb1 ? nb0 + 1 : nb0) * p.sb_sn;
-      float sa_x[kWaves][2], sa_y[kWaves][2], sb0_x, sb1_x, sb0_y, sb1_y;
+      float sb0_x, sb1_x, sb0_y, sb1_y;
       auto load_sb = [&](int kb, float& sb0_o, float& sb1_o) {
         sb0_o = ldg_ordered(sb_row0 + kb * p.sb_sk);
         sb1_o = BN > 128 ? ldg_ordered(sb_row1 + kb * p.sb_sk) : 0.f;
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // One 64 x 128 wave per consumer: two accumulators, so that block kb + 1's wgmma are queued on the
         // tensor cores before block kb is promoted (wait_group 1), and the promotion FFMAs overlap
         // the tensor-core work instead of following it. (BN = 192 has no registers for this.)
-        float acc_x[BN / 2], acc_y[BN / 2];
+        float acc_x[BN / 2], acc_y[BN / 2], sa_x[kWaves][2], sa_y[kWaves][2];
         // ptxas keeps the wgmma pipelined only with straight-line waits: the loop body always
         // issues two blocks ahead, and the last one or two blocks are peeled off after it.
         auto finish = [&](float (&acc)[BN / 2], const float (&sa)[kWaves][2], float sb0, float sb1, int kb) {
@@ -441,16 +441,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         // Waves of a consumer share one accumulator (registers): each wave waits for its own wgmma;
         // the other consumer's wgmma keep the tensor cores busy meanwhile.
-        float acc[BN / 2];
+        float acc[BN / 2], sa[kWaves][2];
         auto k_block = [&](int kb, float sb0, float sb1) {
-          acquire(sa_x);
+          acquire(sa);
 #pragma unroll
           for (int w = 0; w < kWaves; ++w) {
             issue(acc, w);
             wgmma_wait<0>();
             fence_operands(acc);
             if (w == kWaves - 1) release();
-            promote(w, acc, sa_x, sb0, sb1, kb);
+            promote(w, acc, sa, sb0, sb1, kb);
           }
         };
         load_sb(0, sb0_x, sb1_x);
@@ -462,7 +462,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             k_block(kb + 1, sb0_y, sb1_y);
           }
         }
-        (void)sa_y;
       }
 #ifdef LTX_SM90_TIMING_NO_EPILOGUE
       if (total[0][0] == 12345.f) p.d[t] = __float2bfloat16(total[kWaves - 1][BN / 2 - 1]);
