@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
-#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of build,tests,sm90,warmup,main,bench,block,host
+#   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
+#   build,tests,sm90,warmup,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
 #   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck. host: Python cost per eager call.
-# Writes logs and JSON under OUTDIR; prints a short table last.
+#   standalone: prebuilt standalone SM90 binaries (bench/sm90_build_standalone.sh into
+#   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained. ncu: Nsight
+#   Compute of standalone binaries ($NCU_RUNS). protocols: GEMM backends next to cuBLAS, burst and
+#   sustained, with the SM clock (bench/gemm_protocols.py).
+# The build runs in the background while the phases that need no extension (standalone, ncu) use
+# the GPU. Writes logs and JSON under OUTDIR; prints a short table last.
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 PHASES=${2:-build,tests,warmup,main,bench,block}
@@ -17,7 +23,7 @@ stamp() { echo "== $1 ($(( $(date +%s) - t0 ))s)"; }
 python3 - > "$OUTDIR/env.json" <<'PY'
 import json, platform, subprocess, time, torch, triton
 p = torch.cuda.get_device_properties(0)
-smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"],
+smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
 print(json.dumps({"device": p.name, "sms": p.multi_processor_count, "torch": torch.__version__,
                   "cuda": torch.version.cuda, "triton": triton.__version__, "python": platform.python_version(),
@@ -25,18 +31,48 @@ print(json.dumps({"device": p.name, "sms": p.multi_processor_count, "torch": tor
 PY
 cat "$OUTDIR/env.json"
 
+BUILD_PID=
 if has build; then
-  stamp build
-  LTX_KERNELS_BUILD_CUDA=${LTX_KERNELS_BUILD_CUDA:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
-    python3 setup.py build_ext --inplace > "$OUTDIR/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUTDIR/build.log"; }
-  tail -3 "$OUTDIR/build.log"
+  stamp "build (background)"
+  ( LTX_KERNELS_BUILD_CUDA=${LTX_KERNELS_BUILD_CUDA:-} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+    python3 setup.py build_ext --inplace > "$OUTDIR/build.log" 2>&1 || echo "build failed" >> "$OUTDIR/build.log" ) &
+  BUILD_PID=$!
+fi
+built() {  # wait for the background build once, before the first phase that imports the extensions
+  if [ -n "$BUILD_PID" ]; then
+    wait "$BUILD_PID"
+    BUILD_PID=
+    stamp "build done"
+    tail -3 "$OUTDIR/build.log"
+  fi
+}
+if has standalone; then
+  stamp standalone
+  SUSTAIN_MS=${SUSTAIN_MS:-1500} bash bench/sm90_variants.sh "${SM90_BIN:-.carry/sm90bin}" "${SM90_VARIANTS:-}" \
+    "${SM90_CONFIGS:-256,128,1 128,128,1 128,128,2}" > "$OUTDIR/standalone.log" 2>&1
+  sed 's/check ok: 0 unwritten, 0 written past M, //' "$OUTDIR/standalone.log" | cut -c1-150
+fi
+if has ncu; then
+  stamp ncu
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
+  for run in ${NCU_RUNS:-new:16384x4096x4096:128,128,1}; do  # variant:shape:config
+    IFS=: read -r v shape cfg <<< "$run"
+    "$NCU" --clock-control none -k regex:fp8_gemm_kernel -s 5 -c 1 --set detailed --section SourceCounters \
+      --section WarpStateStats "${SM90_BIN:-.carry/sm90bin}/sm90_$v" ${shape//x/ } ${cfg//,/ } 3 \
+      > "$OUTDIR/ncu_${v}_${shape}_${cfg//,/x}.txt" 2>&1
+    echo "ncu $run rc=$?"
+    grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" \
+      "$OUTDIR/ncu_${v}_${shape}_${cfg//,/x}.txt" | head -8
+  done
 fi
 if has tests; then
+  built
   stamp tests
   python3 -m pytest tests -q -x -n 8 -p no:cacheprovider > "$OUTDIR/tests.log" 2>&1; echo "tests rc=$?"
   tail -5 "$OUTDIR/tests.log"
 fi
 if has sm90; then
+  built
   stamp sm90
   timeout 150 python3 -m pytest tests/test_gemm_sm90.py -q -p no:cacheprovider > "$OUTDIR/sm90_tests.log" 2>&1; echo "sm90 tests rc=$? (124: timed out, a hang)"
   tail -3 "$OUTDIR/sm90_tests.log"
@@ -44,16 +80,19 @@ if has sm90; then
   bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
 fi
 if has warmup; then
+  built
   stamp warmup
   python3 -m ltx_kernels.warmup ${WARMUP_ARGS:---quick} > "$OUTDIR/warmup.log" 2>&1; echo "warmup rc=$?"
   sed -n '/chosen configs/,$p' "$OUTDIR/warmup.log" | cut -c1-150
 fi
 if has main; then
+  built
   stamp main
   python3 -m ltx_kernels > "$OUTDIR/main.log" 2>&1; echo "main rc=$?"
   sed -n '/self-check/,$p' "$OUTDIR/main.log"
 fi
 if has bench; then
+  built
   stamp bench
   python3 -m pytest bench -q -p no:cacheprovider --benchmark-json="$OUTDIR/bench.json" ${BENCH_ARGS:-} \
     > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
@@ -61,13 +100,21 @@ if has bench; then
   python3 bench/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
 fi
 if has block; then
+  built
   stamp block
   python3 bench/block_accuracy.py --tokens ${BLOCK_TOKENS:-8192} --time --json "$OUTDIR/block_accuracy.json" \
     > "$OUTDIR/block.log" 2>&1; echo "block rc=$?"
   tail -4 "$OUTDIR/block.log"
 fi
 if has host; then
+  built
   stamp host
   python3 bench/host_overhead.py 2>&1 | tee "$OUTDIR/host_overhead.log"
 fi
+if has protocols; then
+  built
+  stamp protocols
+  python3 bench/gemm_protocols.py --json "$OUTDIR/protocols.json" ${PROTOCOL_ARGS:-} 2>&1 | tee "$OUTDIR/protocols.log"
+fi
+built
 stamp done

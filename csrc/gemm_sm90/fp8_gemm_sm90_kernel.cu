@@ -3,19 +3,21 @@
 // Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
 // BM x BN (BM = 128 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels in
 // L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
-// swizzle) and of A's 1x128 scales for the tile rows into a kStages-deep ring guarded by "full" /
-// "empty" mbarriers. With CLUSTER = 2 the two CTAs of a cluster take horizontally adjacent tiles
-// (same rows of A): each loads half of the A tile and multicasts it to both; consumers then release
-// a stage to both CTAs' producers. Warpgroups 1 and 2 are consumers with BM/2 rows each, done as
-// BM/128 waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32
-// accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's scales
-// (sa per row from shared memory, sb per 128 columns from global memory one block ahead), so
-// nothing accumulates in the tensor cores' reduced precision beyond one 128-K block. With one
-// 64 x 128 wave per consumer there are registers for two accumulators: block k+1's wgmma are
-// queued before block k is promoted. Epilogue: fp32 bias, one bf16 rounding, the tile staged in
-// shared memory as 64-column TMA boxes (128-byte swizzle: no bank conflicts) and stored by TMA,
-// which clips rows past M, while the consumers start the next tile. TMA zero-fills operand rows
-// past M / N. N and K must be multiples of 128 (checked on the host, in Python).
+// swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of B's 128x128
+// scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER = 2 the two
+// CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half of the A
+// tile and multicasts it to both; consumers then release a stage to both CTAs' producers.
+// Warpgroups 1 and 2 are consumers with BM/2 rows each, done as BM/128 waves of 64 rows: per
+// 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32 accumulate) into a fresh
+// accumulator and promotes it into the fp32 total with the block's scales (both read from the
+// stage in shared memory), so nothing accumulates in the tensor cores' reduced precision beyond
+// one 128-K block. With one 64 x 128 wave per consumer there are registers for two accumulators:
+// block k+1's wgmma are queued before block k is promoted, across tile boundaries too, so the
+// next tile's first block runs under this tile's epilogue. Epilogue: fp32 bias (loaded when the
+// tile begins), one bf16 rounding, the tile staged in shared memory as 64-column TMA boxes
+// (128-byte swizzle: no bank conflicts) and stored by TMA, which clips rows past M, while the
+// consumers go on. TMA zero-fills operand rows past M / N. N and K must be multiples of 128
+// (checked on the host, in Python).
 #include "fp8_gemm_sm90.h"
 
 #include <cuda_bf16.h>
@@ -44,16 +46,19 @@ struct Config {
 #ifdef LTX_SM90_STAGING_WAVES  // timing experiments only (bench/sm90_standalone.cu)
   static constexpr int kStagingWaves = LTX_SM90_STAGING_WAVES < kWaves ? LTX_SM90_STAGING_WAVES : kWaves;
 #else
+  static constexpr int kFixedBytes = kConsumers * BN * 4 + 2048;  // bias copies, barriers, B scales
   static constexpr int kStagingWaves =
-      (kSmemLimit - kConsumers * kWaves * kWaveBytes - 2048) / kStageBytes >= 4 ? kWaves : 1;
+      (kSmemLimit - kConsumers * kWaves * kWaveBytes - kFixedBytes) / kStageBytes >= 4 ? kWaves : 1;
 #endif
-  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingWaves * kWaveBytes - 2048) / kStageBytes;
+  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingWaves * kWaveBytes - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kFit < 6 ? kFit : 6;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
     uint8_t staging[kConsumers][kStagingWaves][kWaveBytes];
     float sa[kStages][BM];  // the tile rows' 1x128 scales of each stage's K block
+    float sb[kStages][2];   // the stage's 128x128 scales of the tile's first (and second) column block
+    float bias[kConsumers][BN];  // each consumer's copy of the tile's bias, for its epilogue
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };
@@ -108,6 +113,28 @@ __device__ __forceinline__ float ldg_ordered(const float* ptr) {
   asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
   return v;
 }
+
+__device__ __forceinline__ void sts_ordered(float* ptr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
+}
+
+// A 4-byte asynchronous copy from global to shared memory, and an arrive on `bar` once every such
+// copy this thread has issued so far has landed (.noinc: counted as one of the expected arrivals).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+#ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only: SM cycles and nanoseconds of CTA 0's consumer 0
+__device__ unsigned long long g_clock_probe[2];
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  return v;
+}
+#endif
 
 __device__ __forceinline__ float lds_ordered(const float* ptr) {
   float v;
@@ -260,6 +287,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+#ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only (bench/sm90_standalone.cu)
+  const uint64_t probe_clk = clock64(), probe_ns = globaltimer_ns();
+#endif
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
   const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
@@ -270,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(&s.full[i], 1);
+      mbar_init(&s.full[i], 2);  // the producer's expect-tx arrive and its scale copies' arrive
       mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
     prefetch_map(&tma_a);
@@ -298,6 +328,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (a_row >= p.M) a_row = 0;
         int n_blk = n_grp * CLUSTER + rank;
         if (n_blk >= num_n) n_blk = 0;
+        // the weight-scale rows of the tile's first and (BN = 192) second 128-column block
+        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
+        const float* sb0 = p.sb + nb0 * p.sb_sn;
+        const float* sb1 = p.sb + nb1 * p.sb_sn;
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
           // rows past M / N arrive zero-filled and are still counted
@@ -309,6 +343,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_load_2d(&tma_a, &s.full[stage], s.a[stage], kb * BK, a_row);
           tma_load_2d(&tma_b, &s.full[stage], s.b[stage], kb * BK, n_blk * BN);
           tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);
+          // B's scales (one float, or two for BN = 192) are too small for the TMA: 4-byte async
+          // copies whose completion is the barrier's second arrival
+          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
+          if constexpr (BN > 128) cp_async_4(&s.sb[stage][1], sb1 + kb * p.sb_sk);
+          cp_async_arrive(&s.full[stage]);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -332,14 +371,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (++release_stage == kStages) release_stage = 0;
     };
-    // wait for the next stage and read this consumer's rows of its A scales (kept in registers
-    // until the promotion: the stage may be refilled once it is released)
-    auto acquire = [&](float (&sa)[kWaves][2]) {
+    // A stage's scales as one consumer thread uses them: its rows' A scales per wave and the B
+    // scales of the tile's one or two 128-column blocks. Read into registers when the stage is
+    // acquired, since the stage may be refilled once it is released, before the promotion.
+    struct Scales {
+      float a[kWaves][2], b[2];
+    };
+    auto acquire = [&](Scales& sc) {
       mbar_wait(&s.full[stage], phase);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sa[w][h] = lds_ordered(&s.sa[stage][c * (BM / 2) + w * 64 + row_in_wave + 8 * h]);
+        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * (BM / 2) + w * 64 + row_in_wave + 8 * h]);
+      sc.b[0] = lds_ordered(&s.sb[stage][0]);
+      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
     };
     // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
     auto issue = [&](float (&acc)[BN / 2], int w) {
@@ -355,133 +400,71 @@ __global__ void __launch_bounds__(kThreads, 1)
         phase ^= 1;
       }
     };
-    float total[kWaves][BN / 2];
-    for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
+
+    // The tile whose K blocks are being promoted: its coordinates, and this thread's share of its
+    // bias (loaded from global memory when the tile begins, written to shared memory for the
+    // epilogue when it ends, so the load's latency is never waited for).
+    constexpr int kBiasRegs = (BN + 127) / 128;
+    int unit = cluster_id, row0 = 0, n0 = 0, j_split = NJ;
+    bool has_nb1 = false;
+    float bias_r[kBiasRegs];
+    auto begin_tile = [&] {
       int m_blk, n_grp;
       unit_coords(unit, num_m, num_groups, m_blk, n_grp);
-      const int n_blk = n_grp * CLUSTER + rank;
-      const int row0 = m_blk * BM + c * (BM / 2);  // first row of this consumer's part of the tile
-      const int n0 = n_blk * BN;
+      row0 = m_blk * BM + c * (BM / 2);  // first row of this consumer's part of the tile
+      n0 = (n_grp * CLUSTER + rank) * BN;
       // A tile spans one 128-column scale block (BN = 128) or two (BN = 192): chunks j < j_split use
       // the first, the rest the second.
-      const int nb0 = min(n0 / 128, nblocks128 - 1);
-      const int j_split = (128 - n0 % 128) / 8;
-      const bool has_nb1 = BN > 128 && nb0 + 1 < nblocks128;
+      j_split = (128 - n0 % 128) / 8;
+      has_nb1 = BN > 128 && min(n0 / 128, nblocks128 - 1) + 1 < nblocks128;
 #pragma unroll
-      for (int w = 0; w < kWaves; ++w)
+      for (int i = 0; i < kBiasRegs; ++i) {
+        const int col = n0 + t + 128 * i;
+        bias_r[i] = p.bias && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
+      }
+    };
+
+    float total[kWaves][BN / 2];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      // The weight scales (one or two per K block and tile) come from global memory, loaded one
-      // K block ahead into two register sets used alternately (the k-loops below are unrolled by
-      // two), since an L2 round trip is longer than a K block's wgmma.
-      const float* sb_row0 = p.sb + nb0 * p.sb_sn;
-      const float* sb_row1 = p.sb + (has_nb1 ? nb0 + 1 : nb0) * p.sb_sn;
-      float sb0_x, sb1_x, sb0_y, sb1_y;
-      auto load_sb = [&](int kb, float& sb0_o, float& sb1_o) {
-        sb0_o = ldg_ordered(sb_row0 + kb * p.sb_sk);
-        sb1_o = BN > 128 ? ldg_ordered(sb_row1 + kb * p.sb_sk) : 0.f;
-      };
-      // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
-      auto promote = [&](int w, const float (&acc)[BN / 2], const float (&sa)[kWaves][2], float sb0, float sb1,
-                         int kb) {
-        if (!has_nb1) sb1 = 0.f;
+    for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+    // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
+    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {
+      const float sb1 = has_nb1 ? sc.b[1] : 0.f;
 #ifndef LTX_SM90_TIMING_NO_PROMOTE  // timing experiments only (bench/sm90_standalone.cu), never in a build
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float sbj = (BN == 128 || j < j_split) ? sb0 : sb1;
-          const float s0 = sa[w][0] * sbj, s1 = sa[w][1] * sbj;
-          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
-        }
-#else
-        if (kb == kblocks - 1)
-          for (int i = 0; i < BN / 2; ++i) total[w][i] = acc[i] * sa[w][i % 4 / 2] * sb0 * sb1;
-#endif
-      };
-      if constexpr (kTwoAccumulators) {
-        // One 64 x 128 wave per consumer: two accumulators, so that block kb + 1's wgmma are queued on the
-        // tensor cores before block kb is promoted (wait_group 1), and the promotion FFMAs overlap
-        // the tensor-core work instead of following it. (BN = 192 has no registers for this.)
-        float acc_x[BN / 2], acc_y[BN / 2], sa_x[kWaves][2], sa_y[kWaves][2];
-        // ptxas keeps the wgmma pipelined only with straight-line waits: the loop body always
-        // issues two blocks ahead, and the last one or two blocks are peeled off after it.
-        auto finish = [&](float (&acc)[BN / 2], const float (&sa)[kWaves][2], float sb0, float sb1, int kb) {
-          fence_operands(acc);
-          release();
-          promote(0, acc, sa, sb0, sb1, kb);
-          fence_operands(acc);
-        };
-        auto start = [&](int kb, float (&acc)[BN / 2], float (&sa)[kWaves][2], float& sb0, float& sb1) {
-          load_sb(kb, sb0, sb1);
-          acquire(sa);
-          issue(acc, 0);
-        };
-        start(0, acc_x, sa_x, sb0_x, sb1_x);
-        int kb = 0;
-        for (; kb + 2 < kblocks; kb += 2) {
-          start(kb + 1, acc_y, sa_y, sb0_y, sb1_y);
-          wgmma_wait<1>();
-          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
-          start(kb + 2, acc_x, sa_x, sb0_x, sb1_x);
-          wgmma_wait<1>();
-          finish(acc_y, sa_y, sb0_y, sb1_y, kb + 1);
-        }
-        if (kb + 1 < kblocks) {
-          start(kb + 1, acc_y, sa_y, sb0_y, sb1_y);
-          wgmma_wait<1>();
-          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
-          wgmma_wait<0>();
-          finish(acc_y, sa_y, sb0_y, sb1_y, kb + 1);
-        } else {
-          wgmma_wait<0>();
-          finish(acc_x, sa_x, sb0_x, sb1_x, kb);
-        }
-      } else {
-        // Waves of a consumer share one accumulator (registers): each wave waits for its own wgmma;
-        // the other consumer's wgmma keep the tensor cores busy meanwhile.
-        float acc[BN / 2], sa[kWaves][2];
-        auto k_block = [&](int kb, float sb0, float sb1) {
-          acquire(sa);
-#pragma unroll
-          for (int w = 0; w < kWaves; ++w) {
-            issue(acc, w);
-            wgmma_wait<0>();
-            fence_operands(acc);
-            if (w == kWaves - 1) release();
-            promote(w, acc, sa, sb0, sb1, kb);
-          }
-        };
-        load_sb(0, sb0_x, sb1_x);
-        for (int kb = 0; kb < kblocks; kb += 2) {
-          if (kb + 1 < kblocks) load_sb(kb + 1, sb0_y, sb1_y);
-          k_block(kb, sb0_x, sb1_x);
-          if (kb + 1 < kblocks) {
-            if (kb + 2 < kblocks) load_sb(kb + 2, sb0_x, sb1_x);
-            k_block(kb + 1, sb0_y, sb1_y);
-          }
-        }
+      for (int j = 0; j < NJ; ++j) {
+        const float sbj = (BN == 128 || j < j_split) ? sc.b[0] : sb1;
+        const float s0 = sc.a[w][0] * sbj, s1 = sc.a[w][1] * sbj;
+        total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+        total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+        total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+        total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
       }
-#ifdef LTX_SM90_TIMING_NO_EPILOGUE
-      if (total[0][0] == 12345.f) p.d[t] = __float2bfloat16(total[kWaves - 1][BN / 2 - 1]);
-      continue;
+#else
+      for (int i = 0; i < BN / 2; ++i) total[w][i] = acc[i] * sc.a[w][i % 4 / 2] * sc.b[0] * sb1;
 #endif
-      // Epilogue, per wave: bias and one bf16 rounding into a staging buffer laid out as the TMA
-      // store's 64-column boxes with 128-byte swizzle (16-byte chunk ch of row r at ch ^ (r % 8):
-      // the 8 rows a warp writes at once hit distinct banks), then one thread stores the boxes with
-      // TMA. The store runs asynchronously while the consumers go on to the next tile; a buffer is
-      // rewritten only after the TMA has read it. TMA clips rows past M and columns past N.
+    };
+    // Epilogue of the tile, per wave: bias and one bf16 rounding into a staging buffer laid out as
+    // the TMA store's 64-column boxes with 128-byte swizzle (16-byte chunk ch of row r at
+    // ch ^ (r % 8): the 8 rows a warp writes at once hit distinct banks), then one thread stores
+    // the boxes with TMA. The store runs asynchronously while the consumers go on; a buffer is
+    // rewritten only after the TMA has read it. TMA clips rows past M and columns past N. Then
+    // the next tile begins with a zero total.
+    auto epilogue = [&] {
+#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
         uint8_t* staging = s.staging[c][w % Cfg::kStagingWaves];
         if (t == 0) bulk_wait_read<Cfg::kStagingWaves - 1>();
-        named_barrier_sync(1 + c, 128);
+        named_barrier_sync(1 + c, 128);  // bias written; staging buffer free
+#ifndef LTX_SM90_TIMING_NO_EPILOGUE
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-          const int col = n0 + 8 * j + 2 * (lane % 4);
-          float2 bv = make_float2(0.f, 0.f);  // two scalar loads: bias may be a view with any 4-byte offset
-          if (p.bias && col < p.N) bv = make_float2(__ldg(p.bias + col), __ldg(p.bias + col + 1));
+          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
           uint8_t* box = staging + (j / 8) * (64 * 128);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -492,19 +475,108 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+#else
+        if (total[w][0] == 12345.f) *reinterpret_cast<float*>(staging + t * 4) = total[w][BN / 2 - 1];
+#endif
         named_barrier_sync(1 + c, 128);
         const int wave_row = row0 + w * 64;
         if (t == 0) {
+#ifndef LTX_SM90_TIMING_NO_EPILOGUE
           if (wave_row < p.M) {
 #pragma unroll
             for (int bx = 0; bx < BN / 64; ++bx)
               if (n0 + bx * 64 < p.N) tma_store_2d(&tma_d, staging + bx * (64 * 128), n0 + bx * 64, wave_row);
           }
+#endif
           bulk_commit();
         }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+    };
+
+    // this CTA's units are cluster_id, cluster_id + num_clusters, ...
+    const int my_units = cluster_id < num_units ? (num_units - 1 - cluster_id) / num_clusters + 1 : 0;
+    if (my_units > 0) begin_tile();
+    if constexpr (kTwoAccumulators) {
+      // One 64 x 128 wave per consumer: two accumulators, so that the next block's wgmma are queued
+      // on the tensor cores before a block is promoted (wait_group 1), and the promotion FFMAs
+      // overlap the tensor-core work instead of following it. The K blocks of all this CTA's
+      // tiles form one stream, so the next tile's first block also runs under this tile's
+      // epilogue. (BN = 192 has no registers for this.)
+      const int stream = my_units * kblocks;
+      int kb = 0;  // K block of the tile being promoted
+      float acc_x[BN / 2], acc_y[BN / 2];
+      Scales sc_x, sc_y;
+      auto start = [&](float (&acc)[BN / 2], Scales& sc) {
+        acquire(sc);
+        issue(acc, 0);
+      };
+      auto finish = [&](float (&acc)[BN / 2], const Scales& sc) {
+        fence_operands(acc);
+        release();
+        promote(0, acc, sc);
+        fence_operands(acc);
+        if (++kb == kblocks) {
+          epilogue();
+          kb = 0;
+          unit += num_clusters;
+          if (unit < num_units) begin_tile();
+        }
+      };
+      // ptxas keeps the wgmma pipelined only with straight-line waits: the loop body always
+      // issues one block ahead, and the last one or two blocks are peeled off after it.
+      if (stream > 0) {
+        start(acc_x, sc_x);
+        int g = 0;
+        for (; g + 2 < stream; g += 2) {
+          start(acc_y, sc_y);
+          wgmma_wait<1>();
+          finish(acc_x, sc_x);
+          start(acc_x, sc_x);
+          wgmma_wait<1>();
+          finish(acc_y, sc_y);
+        }
+        if (g + 1 < stream) {
+          start(acc_y, sc_y);
+          wgmma_wait<1>();
+          finish(acc_x, sc_x);
+          wgmma_wait<0>();
+          finish(acc_y, sc_y);
+        } else {
+          wgmma_wait<0>();
+          finish(acc_x, sc_x);
+        }
+      }
+    } else {
+      // Waves of a consumer share one accumulator (registers): each wave waits for its own wgmma;
+      // the other consumer's wgmma keep the tensor cores busy meanwhile.
+      for (int u = 0; u < my_units; ++u) {
+        float acc[BN / 2];
+        Scales sc;
+        for (int kb = 0; kb < kblocks; ++kb) {
+          acquire(sc);
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w) {
+            issue(acc, w);
+            wgmma_wait<0>();
+            fence_operands(acc);
+            if (w == kWaves - 1) release();
+            promote(w, acc, sc);
+          }
+        }
+        epilogue();
+        unit += num_clusters;
+        if (unit < num_units) begin_tile();
       }
     }
     if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
+#ifdef LTX_SM90_CLOCK_PROBE
+    if (blockIdx.x == 0 && threadIdx.x == 128) {
+      g_clock_probe[0] = clock64() - probe_clk;
+      g_clock_probe[1] = globaltimer_ns() - probe_ns;
+    }
+#endif
   }
   // no CTA may leave while its peer can still multicast into it or arrive on its barriers
   if constexpr (CLUSTER > 1) cluster_sync();
