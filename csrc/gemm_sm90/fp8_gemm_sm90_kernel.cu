@@ -442,8 +442,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
         total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
       }
-#else
-      for (int i = 0; i < BN / 2; ++i) total[w][i] = acc[i] * sc.a[w][i % 4 / 2] * sc.b[0] * sb1;
+#else  // keeps the wgmma results live at the cost of one never-taken branch
+      if (sc.b[0] == 12345.f)
+        for (int i = 0; i < BN / 2; ++i) total[w][i] += acc[i] * sb1;
 #endif
     };
     // Epilogue of the tile, per wave: bias and one bf16 rounding into a staging buffer laid out as
