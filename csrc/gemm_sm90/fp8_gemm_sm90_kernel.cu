@@ -281,8 +281,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Cfg = Config<BM, BN, CLUSTER>;
   constexpr int kStages = Cfg::kStages, kWaves = Cfg::kWaves;
   constexpr int NJ = BN / 8;        // 8-column chunks of a wgmma accumulator row
-  // one 64 x 128 wave per consumer leaves registers for two accumulators (see the k-loops)
-  constexpr bool kTwoAccumulators = kWaves == 1 && BN == 128;
   constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -390,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue = [&](float (&acc)[BN / 2], int w) {
       wgmma_fence();
       const uint8_t* a_wave = s.a[stage] + (c * (BM / 2) + w * 64) * BK;
-      wgmma_e4m3<BN, kTwoAccumulators ? Acc::kFresh : Acc::kOverwrite>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
+      wgmma_e4m3<BN, Acc::kOverwrite>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
 #pragma unroll
       for (int k = 1; k < BK / 32; ++k)
         wgmma_e4m3<BN, Acc::kAccumulate>(acc, smem_desc(a_wave + k * 32), smem_desc(s.b[stage] + k * 32));
@@ -499,78 +497,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     // this CTA's units are cluster_id, cluster_id + num_clusters, ...
     const int my_units = cluster_id < num_units ? (num_units - 1 - cluster_id) / num_clusters + 1 : 0;
     if (my_units > 0) begin_tile();
-    if constexpr (kTwoAccumulators) {
-      // One 64 x 128 wave per consumer: two accumulators, so that the next block's wgmma are queued
-      // on the tensor cores before a block is promoted (wait_group 1), and the promotion FFMAs
-      // overlap the tensor-core work instead of following it. The K blocks of all this CTA's
-      // tiles form one stream, so the next tile's first block also runs under this tile's
-      // epilogue. (BN = 192 has no registers for this.)
-      const int stream = my_units * kblocks;
-      int kb = 0;  // K block of the tile being promoted
-      float acc_x[BN / 2], acc_y[BN / 2];
-      Scales sc_x, sc_y;
-      auto start = [&](float (&acc)[BN / 2], Scales& sc) {
-        acquire(sc);
-        issue(acc, 0);
-      };
-      auto finish = [&](float (&acc)[BN / 2], const Scales& sc) {
-        fence_operands(acc);
-        release();
-        promote(0, acc, sc);
-        fence_operands(acc);
-        if (++kb == kblocks) {
-          epilogue();
-          kb = 0;
-          unit += num_clusters;
-          if (unit < num_units) begin_tile();
-        }
-      };
-      // ptxas keeps the wgmma pipelined only with straight-line waits: the loop body always
-      // issues one block ahead, and the last one or two blocks are peeled off after it.
-      if (stream > 0) {
-        start(acc_x, sc_x);
-        int g = 0;
-        for (; g + 2 < stream; g += 2) {
-          start(acc_y, sc_y);
-          wgmma_wait<1>();
-          finish(acc_x, sc_x);
-          start(acc_x, sc_x);
-          wgmma_wait<1>();
-          finish(acc_y, sc_y);
-        }
-        if (g + 1 < stream) {
-          start(acc_y, sc_y);
-          wgmma_wait<1>();
-          finish(acc_x, sc_x);
-          wgmma_wait<0>();
-          finish(acc_y, sc_y);
-        } else {
-          wgmma_wait<0>();
-          finish(acc_x, sc_x);
-        }
-      }
-    } else {
-      // Waves of a consumer share one accumulator (registers): each wave waits for its own wgmma;
-      // the other consumer's wgmma keep the tensor cores busy meanwhile.
-      for (int u = 0; u < my_units; ++u) {
-        float acc[BN / 2];
-        Scales sc;
-        for (int kb = 0; kb < kblocks; ++kb) {
-          acquire(sc);
+    // The consumers take turns on the tensor cores, as cuBLAS's blockwise kernels do: for every
+    // wave, consumer 0 issues its wgmma before consumer 1 issues its own (a 256-thread named
+    // barrier between the two issues). While one consumer waits for its wgmma and promotes them,
+    // the other's are running, so the promotion FFMAs of one overlap the tensor work of the
+    // other and the tensor cores always have a queued wave. (Without the ordering the two drift
+    // into step and promote at the same time.) One accumulator per consumer suffices for that.
+    // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
+    // next tile's first wave is issued, under its wgmma.
+    constexpr int kOrderBarrier = 3;  // 1 and 2 are the consumers' epilogue barriers
+    const int stream = my_units * kblocks;
+    float acc[BN / 2];
+    Scales sc;
+    bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
+    for (int g = 0, kb = 0; g < stream; ++g) {
+      acquire(sc);
 #pragma unroll
-          for (int w = 0; w < kWaves; ++w) {
-            issue(acc, w);
-            wgmma_wait<0>();
-            fence_operands(acc);
-            if (w == kWaves - 1) release();
-            promote(w, acc, sc);
-          }
+      for (int w = 0; w < kWaves; ++w) {
+        if (c == 1) named_barrier_sync(kOrderBarrier, 256);
+        issue(acc, w);
+        if (c == 0) named_barrier_sync(kOrderBarrier, 256);
+        if (w == 0 && epilogue_due) {
+          epilogue();
+          epilogue_due = false;
+          unit += num_clusters;
+          begin_tile();  // unit < num_units: this block belongs to it
         }
-        epilogue();
-        unit += num_clusters;
-        if (unit < num_units) begin_tile();
+        wgmma_wait<0>();
+        fence_operands(acc);
+        if (w == kWaves - 1) release();
+        promote(w, acc, sc);
+      }
+      if (++kb == kblocks) {
+        kb = 0;
+        epilogue_due = true;
       }
     }
+    if (epilogue_due) epilogue();
     if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
 #ifdef LTX_SM90_CLOCK_PROBE
     if (blockIdx.x == 0 && threadIdx.x == 128) {
