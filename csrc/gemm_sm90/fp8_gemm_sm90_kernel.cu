@@ -40,22 +40,29 @@ struct Config {
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
   static constexpr int kWaves = BM / 128;  // 64-row waves per consumer warpgroup
   static constexpr int kStageBytes = (BM + BN) * BK + BM * 4;  // A and B tiles, A's scales
-  static constexpr int kWaveBytes = 64 * BN * 2;  // one 64-row bf16 wave of output
-  // Each consumer stages all its waves when that still leaves 4 pipeline stages, else one wave at
-  // a time (the second wave then waits for the TMA to have read the first).
-#ifdef LTX_SM90_STAGING_WAVES  // timing experiments only (bench/sm90_standalone.cu)
-  static constexpr int kStagingWaves = LTX_SM90_STAGING_WAVES < kWaves ? LTX_SM90_STAGING_WAVES : kWaves;
-#else
+  // The epilogue stages its output in 64 x 64 bf16 boxes (8 KB, one TMA store each), reusing a
+  // box once the TMA has read it. Each consumer gets as many boxes as fit without costing a
+  // pipeline stage (a deeper pipeline hides L2 latency better than more staging hides the
+  // stores, which run under the next tile's first wave anyway).
+  static constexpr int kBoxBytes = 64 * 64 * 2;
+  static constexpr int kBoxesPerTile = kWaves * BN / 64;  // per consumer
   static constexpr int kFixedBytes = kConsumers * BN * 4 + 2048;  // bias copies, barriers, B scales
-  static constexpr int kStagingWaves =
-      (kSmemLimit - kConsumers * kWaves * kWaveBytes - kFixedBytes) / kStageBytes >= 4 ? kWaves : 1;
+  static constexpr int fit(int boxes) {
+    const int n = (kSmemLimit - 1024 - kConsumers * boxes * kBoxBytes - kFixedBytes) / kStageBytes;
+    return n < 6 ? n : 6;
+  }
+  static constexpr int kStages = fit(1);
+#ifdef LTX_SM90_STAGING_BOXES  // timing experiments only (bench/sm90_standalone.cu)
+  static constexpr int kStagingBoxes = LTX_SM90_STAGING_BOXES;
+#else
+  static constexpr int kStagingBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
+                                       : fit(2) == kStages            ? 2
+                                                                      : 1;
 #endif
-  static constexpr int kFit = (kSmemLimit - kConsumers * kStagingWaves * kWaveBytes - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kFit < 6 ? kFit : 6;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
-    uint8_t staging[kConsumers][kStagingWaves][kWaveBytes];
+    uint8_t staging[kConsumers][kStagingBoxes][kBoxBytes];
     float sa[kStages][BM];  // the tile rows' 1x128 scales of each stage's K block
     float sb[kStages][2];   // the stage's 128x128 scales of the tile's first (and second) column block
     float bias[kConsumers][BN];  // each consumer's copy of the tile's bias, for its epilogue
@@ -64,6 +71,7 @@ struct Config {
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + slack to align the base
   static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "tile does not fit in shared memory");
+  static_assert(kStagingBoxes >= 1, "no room for an epilogue box");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -457,37 +465,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        uint8_t* staging = s.staging[c][w % Cfg::kStagingWaves];
-        if (t == 0) bulk_wait_read<Cfg::kStagingWaves - 1>();
-        named_barrier_sync(1 + c, 128);  // bias written; staging buffer free
+#pragma unroll
+        for (int bx = 0; bx < BN / 64; ++bx) {
+          uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
+          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
+          named_barrier_sync(1 + c, 128);  // bias written; box free
 #ifndef LTX_SM90_TIMING_NO_EPILOGUE
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-          uint8_t* box = staging + (j / 8) * (64 * 128);
+          for (int jj = 0; jj < 8; ++jj) {
+            const int j = bx * 8 + jj;  // 8-column chunk of the wave
+            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = row_in_wave + 8 * h;
-            const __nv_bfloat162 v =
-                __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-            *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+            for (int h = 0; h < 2; ++h) {
+              const int r = row_in_wave + 8 * h;
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+            }
           }
-        }
-        fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
 #else
-        if (total[w][0] == 12345.f) *reinterpret_cast<float*>(staging + t * 4) = total[w][BN / 2 - 1];
+          if (total[w][0] == 12345.f) *reinterpret_cast<float*>(box + t * 4) = total[w][BN / 2 - 1];
 #endif
-        named_barrier_sync(1 + c, 128);
-        const int wave_row = row0 + w * 64;
-        if (t == 0) {
+          named_barrier_sync(1 + c, 128);
+          const int wave_row = row0 + w * 64;
+          if (t == 0) {
 #ifndef LTX_SM90_TIMING_NO_EPILOGUE
-          if (wave_row < p.M) {
-#pragma unroll
-            for (int bx = 0; bx < BN / 64; ++bx)
-              if (n0 + bx * 64 < p.N) tma_store_2d(&tma_d, staging + bx * (64 * 128), n0 + bx * 64, wave_row);
-          }
+            if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);
 #endif
-          bulk_commit();
+            bulk_commit();
+          }
         }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
