@@ -11,13 +11,14 @@
 // 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32 accumulate) into a fresh
 // accumulator and promotes it into the fp32 total with the block's scales (both read from the
 // stage in shared memory), so nothing accumulates in the tensor cores' reduced precision beyond
-// one 128-K block. With one 64 x 128 wave per consumer there are registers for two accumulators:
-// block k+1's wgmma are queued before block k is promoted, across tile boundaries too, so the
-// next tile's first block runs under this tile's epilogue. Epilogue: fp32 bias (loaded when the
-// tile begins), one bf16 rounding, the tile staged in shared memory as 64-column TMA boxes
-// (128-byte swizzle: no bank conflicts) and stored by TMA, which clips rows past M, while the
-// consumers go on. TMA zero-fills operand rows past M / N. N and K must be multiples of 128
-// (checked on the host, in Python).
+// one 128-K block. The two consumers take turns on the tensor cores (a named barrier between
+// their wgmma issues, the order cuBLAS's blockwise kernels use), so one promotes while the
+// other's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's epilogue runs
+// after the next tile's first wave is issued. Epilogue: fp32 bias (loaded when the tile begins),
+// one bf16 rounding, the tile staged in shared memory as 64x64 TMA boxes (128-byte swizzle: no
+// bank conflicts) and stored by TMA, which clips rows past M, while the consumers go on. TMA
+// zero-fills operand rows past M / N. N and K must be multiples of 128 (checked on the host, in
+// Python).
 #include "fp8_gemm_sm90.h"
 
 #include <cuda_bf16.h>
@@ -225,12 +226,9 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// The accumulator operand lists of the wgmma below; C is "+f" (d read and written) or "=f" (d only
-// written, for a first wgmma with scale-d = 0). "=f" lets ptxas give the fresh block other
-// registers than the previous block's values, so those can still be read while it runs: needed
-// where two accumulators alternate (and no register copy may land inside the wgmma pipeline,
-// where ptxas would serialize every wgmma), harmful where one accumulator is reused (the two
-// blocks' values then need registers at once, and spill).
+// The accumulator operand lists of the wgmma below. The accumulator is always "+f" (read and
+// written), also for a block's first wgmma with scale-d = 0: "=f" would let ptxas give the new
+// block other registers while the previous block's values are still live, and spill.
 #define LTX_ACC8(C, i) C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
 #define LTX_ACC64(C) \
   LTX_ACC8(C, 0), LTX_ACC8(C, 8), LTX_ACC8(C, 16), LTX_ACC8(C, 24), LTX_ACC8(C, 32), LTX_ACC8(C, 40), LTX_ACC8(C, 48), \
@@ -247,22 +245,15 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   LTX_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, " \
              "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 
-enum class Acc { kFresh, kOverwrite, kAccumulate };  // "=f" scale-d 0, "+f" scale-d 0, "+f" scale-d 1
-
-template <int BN, Acc kMode>
+// d = A . B^T (+ d when kAccumulate): one m64nBNk32 step with both operands in shared memory
+template <int BN, bool kAccumulate>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
-  constexpr int scale_d = kMode == Acc::kAccumulate ? 1 : 0;
+  constexpr int scale_d = kAccumulate ? 1 : 0;
   if constexpr (BN == 128) {
-    if constexpr (kMode == Acc::kFresh)
-      asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("=f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    else
-      asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   } else {
     static_assert(BN == 192, "wgmma n128 or n192");
-    if constexpr (kMode == Acc::kFresh)
-      asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("=f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    else
-      asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
 }
 
@@ -396,10 +387,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue = [&](float (&acc)[BN / 2], int w) {
       wgmma_fence();
       const uint8_t* a_wave = s.a[stage] + (c * (BM / 2) + w * 64) * BK;
-      wgmma_e4m3<BN, Acc::kOverwrite>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
+      wgmma_e4m3<BN, false>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
 #pragma unroll
       for (int k = 1; k < BK / 32; ++k)
-        wgmma_e4m3<BN, Acc::kAccumulate>(acc, smem_desc(a_wave + k * 32), smem_desc(s.b[stage] + k * 32));
+        wgmma_e4m3<BN, true>(acc, smem_desc(a_wave + k * 32), smem_desc(s.b[stage] + k * 32));
       wgmma_commit();
       if (w == kWaves - 1 && ++stage == kStages) {  // all waves issued: the next acquire waits for the next stage
         stage = 0;
