@@ -5,9 +5,10 @@
 #   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
 #   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck. host: Python cost per eager call.
 #   standalone: prebuilt standalone SM90 binaries (bench/sm90_build_standalone.sh into
-#   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained. ncu: Nsight
-#   Compute of standalone binaries ($NCU_RUNS). protocols: GEMM backends next to cuBLAS, burst and
-#   sustained, with the SM clock (bench/gemm_protocols.py).
+#   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
+#   ncu: Nsight Compute of standalone binaries and cuBLAS (bench/ncu_gemm.sh, $NCU_RUNS).
+#   protocols: GEMM backends next to cuBLAS, burst and sustained, with the SM clock
+#   (bench/gemm_protocols.py).
 # The build runs in the background while the phases that need no extension (standalone, ncu) use
 # the GPU. Writes logs and JSON under OUTDIR; prints a short table last.
 set -uo pipefail
@@ -54,16 +55,8 @@ if has standalone; then
 fi
 if has ncu; then
   stamp ncu
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
-  for run in ${NCU_RUNS:-new:16384x4096x4096:128,128,1}; do  # variant:shape:config
-    IFS=: read -r v shape cfg <<< "$run"
-    "$NCU" --clock-control none -k regex:fp8_gemm_kernel -s 5 -c 1 --set detailed --section SourceCounters \
-      --section WarpStateStats "${SM90_BIN:-.carry/sm90bin}/sm90_$v" ${shape//x/ } ${cfg//,/ } 3 \
-      > "$OUTDIR/ncu_${v}_${shape}_${cfg//,/x}.txt" 2>&1
-    echo "ncu $run rc=$?"
-    grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued" \
-      "$OUTDIR/ncu_${v}_${shape}_${cfg//,/x}.txt" | head -8
-  done
+  # variant:MxNxK:BM,BN,CL of the standalone binaries, or cublas:MxNxK
+  bash bench/ncu_gemm.sh "$OUTDIR" ${NCU_RUNS:-new:16384x4096x4096:256,128,1 cublas:16384x4096x4096}
 fi
 if has tests; then
   built

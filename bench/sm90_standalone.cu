@@ -147,13 +147,14 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   // LTX_SM90_SUSTAIN_MS: launch back to back for that long first, so that the timed runs see the
   // clocks the power limit settles at, not the boost clock of a cool GPU
-  const char* sustain = std::getenv("LTX_SM90_SUSTAIN_MS");
-  if (sustain && std::atof(sustain) > 0) {
+  const char* sustain_env = std::getenv("LTX_SM90_SUSTAIN_MS");
+  const double sustain_ms = sustain_env ? std::atof(sustain_env) : 0.0;
+  if (sustain_ms > 0) {
     cudaEvent_t s0, s1;
     CHECK(cudaEventCreate(&s0));
     CHECK(cudaEventCreate(&s1));
     float spent = 0.f;
-    while (spent < std::atof(sustain)) {
+    while (spent < sustain_ms) {
       CHECK(cudaEventRecord(s0));
       for (int i = 0; i < 20; ++i) run();
       CHECK(cudaEventRecord(s1));
