@@ -52,8 +52,8 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 # with the power limit) at 16384x4096x4096 from the standalone harness on the H200
 # (bench/results/2026-12-03-h200-session5/standalone_call6.log; the other shapes there order the
 # configs the same way). Since the consumers take turns on the tensor cores, 256x128 tiles lead:
-# the 2-CTA cluster (A multicast) 7 % behind, 128x128 12 % (it moves more bytes per FLOP through
-# L2 and shared memory), 128x192 25 %.
+# the 2-CTA cluster (A multicast) 7 % behind, 128x128 12 % (60 % tensor-pipe activity in Nsight
+# Compute against 67-68 % for 256x128), 128x192 25 %.
 SM90_TILES = {
     (256, 128, 1): 1.00,
     (256, 128, 2): 0.93,
