@@ -3,6 +3,10 @@
 One ``tl.dot`` per 128-wide K block into a fresh fp32 tile, promoted into the
 fp32 accumulator with ``a_scale[m] * b_scale[n/128]`` (no fp16 accumulation, so
 448-scaled operands cannot overflow), then fp32 bias and one bf16 rounding.
+A K block's scales are loaded one block ahead, so their global-load latency is not
+waited for between the MMA and the promotion; with BLOCK_N <= 128 a tile spans one
+weight-scale column block, so the promotion is one FMA per element with a per-row
+scale (a_scale * b_scale) instead of a per-element outer product.
 Variants, picked per shape by the config cache:
   USE_TMA   operands (and D) through device-built tensor descriptors (Hopper TMA),
             out-of-range rows zero-filled / clipped by the copy engine;
@@ -63,6 +67,28 @@ def _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, k0, stride_am, stride_bn, M, 
 
 
 @triton.jit
+def _load_scales(sa_ptrs, sb_ptrs, kb, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR: tl.constexpr):
+    """K block kb's a_scale rows and its b_scale: one value (SB_SCALAR: sb_ptrs points at the tile's
+    one weight-scale row) or one per column. Only loads: a multiply here would make the MMA issue
+    wait for them."""
+    sa = tl.load(sa_ptrs + kb * sa_sk, mask=mask_m, other=0.0)
+    if SB_SCALAR:
+        sb = tl.load(sb_ptrs + kb * sb_sk)
+    else:
+        sb = tl.load(sb_ptrs + kb * sb_sk, mask=mask_n, other=0.0)
+    return sa, sb
+
+
+@triton.jit
+def _promote(acc, p, sa, sb, SB_SCALAR: tl.constexpr):
+    if SB_SCALAR:
+        acc += p * (sa * sb)[:, None]  # one FMA per element
+    else:
+        acc += p * (sa[:, None] * sb[None, :])
+    return acc
+
+
+@triton.jit
 def _fp8_gemm_nt_kernel(
     a_ptr, b_ptr, d_ptr, sa_ptr, sb_ptr, bias_ptr,
     M, N, K, stride_am, stride_bn, stride_dm, sa_sm, sa_sk, sb_sn, sb_sk,
@@ -85,31 +111,37 @@ def _fp8_gemm_nt_kernel(
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    SB_SCALAR: tl.constexpr = BLOCK_N <= 128  # the tile lies in one 128-column weight-scale block
     sa_ptrs = sa_ptr + offs_m * sa_sm
-    sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+    if SB_SCALAR:
+        sb_ptrs = sb_ptr + (n0 // 128) * sb_sn
+    else:
+        sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
     KB = K // 128
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sa_k, sb_k = _load_scales(sa_ptrs, sb_ptrs, 0, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
     if PIPELINE:
         a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, 0, stride_am, stride_bn, M, N, BLOCK_M, BLOCK_N, USE_TMA)
         p = tl.dot(a, tl.trans(b))
-        s = tl.load(sa_ptrs, mask=mask_m, other=0.0)[:, None] * tl.load(sb_ptrs, mask=mask_n, other=0.0)[None, :]
         for kb in range(1, KB):
             a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
                             BLOCK_M, BLOCK_N, USE_TMA)
             p_next = tl.dot(a, tl.trans(b))
-            acc += p * s
-            s = (tl.load(sa_ptrs + kb * sa_sk, mask=mask_m, other=0.0)[:, None]
-                 * tl.load(sb_ptrs + kb * sb_sk, mask=mask_n, other=0.0)[None, :])
+            sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, kb, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
+            acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
+            sa_k, sb_k = sa_n, sb_n
             p = p_next
-        acc += p * s
+        acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
     else:
         for kb in range(0, KB):
+            # the next block's scales first (the last block reloads its own: never out of bounds)
+            sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, min(kb + 1, KB - 1), sa_sk, sb_sk, mask_m, mask_n,
+                                        SB_SCALAR)
             a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
                             BLOCK_M, BLOCK_N, USE_TMA)
             p = tl.dot(a, tl.trans(b))
-            sa = tl.load(sa_ptrs + kb * sa_sk, mask=mask_m, other=0.0)
-            sb = tl.load(sb_ptrs + kb * sb_sk, mask=mask_n, other=0.0)
-            acc += p * (sa[:, None] * sb[None, :])
+            acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
+            sa_k, sb_k = sa_n, sb_n
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     d = acc.to(tl.bfloat16)
@@ -133,24 +165,32 @@ def _fp8_gemm_nt_persistent_kernel(
     d_desc = tl.make_tensor_descriptor(d_ptr, shape=[M, N], strides=[stride_dm, 1], block_shape=[BLOCK_M, BLOCK_N])
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     KB = K // 128
+    SB_SCALAR: tl.constexpr = BLOCK_N <= 128
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS):
         pid_m, pid_n = _tile_ids(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
         offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
         offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
+        mask_m = offs_m < M
+        mask_n = offs_n < N
         sa_ptrs = sa_ptr + offs_m * sa_sm
-        sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+        if SB_SCALAR:
+            sb_ptrs = sb_ptr + (n0 // 128) * sb_sn
+        else:
+            sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        sa_k, sb_k = _load_scales(sa_ptrs, sb_ptrs, 0, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
         for kb in range(0, KB):
+            sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, min(kb + 1, KB - 1), sa_sk, sb_sk, mask_m, mask_n,
+                                        SB_SCALAR)
             a = a_desc.load([m0, kb * 128])
             b = b_desc.load([n0, kb * 128])
             p = tl.dot(a, tl.trans(b))
-            sa = tl.load(sa_ptrs + kb * sa_sk, mask=offs_m < M, other=0.0)
-            sb = tl.load(sb_ptrs + kb * sb_sk, mask=offs_n < N, other=0.0)
-            acc += p * (sa[:, None] * sb[None, :])
+            acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
+            sa_k, sb_k = sa_n, sb_n
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
+            acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
         d_desc.store([m0, n0], acc.to(tl.bfloat16))
 
 
