@@ -13,12 +13,15 @@ import ltx_kernels as lk
 from ltx_kernels import reference as ref
 from ltx_kernels.triton import fp8_gemm as kg
 
-SHAPES = [(16384, 4096, 4096), (4096, 4096, 4096), (1024, 4096, 4096), (16384, 4096, 16384)]
-BASE = {"GROUP_M": 8, "USE_TMA": True, "PIPELINE": False}
+SHAPES = [(16384, 4096, 4096), (4096, 4096, 4096), (1024, 4096, 4096), (3000, 2176, 7168)]
+BASE = {"GROUP_M": 8, "USE_TMA": True}
 CONFIGS = [
     dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
+    dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
+    dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+    dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
     dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=True),
-    dict(BASE, BLOCK_M=128, BLOCK_N=256, num_warps=8, num_stages=3, PERSISTENT=True),
+    dict(BASE, BLOCK_M=64, BLOCK_N=256, num_warps=4, num_stages=3),
 ]
 
 

@@ -181,6 +181,17 @@ int main(int argc, char** argv) {
 #endif
   }
   CHECK(cudaGetLastError());
+#ifdef LTX_SM90_TRACE  // the last run's trace of CTA 0, raw, to LTX_SM90_TRACE_FILE (bench/sm90_trace.py reads it)
+  if (const char* path = std::getenv("LTX_SM90_TRACE_FILE")) {
+    static unsigned int tr[3 * 4 * 24 * 2 * 6], tp[24];  // the kernel's g_trace and g_trace_producer
+    CHECK(cudaMemcpyFromSymbol(tr, ltx_gemm_sm90::g_trace, sizeof(tr)));
+    CHECK(cudaMemcpyFromSymbol(tp, ltx_gemm_sm90::g_trace_producer, sizeof(tp)));
+    FILE* f = std::fopen(path, "wb");
+    std::fwrite(tr, sizeof(tr), 1, f);
+    std::fwrite(tp, sizeof(tp), 1, f);
+    std::fclose(f);
+  }
+#endif
   std::sort(ms.begin(), ms.end());
   std::sort(mhz.begin(), mhz.end());
   const double med = ms[reps / 2];

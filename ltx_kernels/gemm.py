@@ -50,12 +50,15 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 # The SM90 kernel's instantiations, (block_m, block_n, cluster), with the relative rate of one SM on
 # a tile of each (output elements per unit time): TFLOP/s per GHz of the SM clock (the clock moves
 # with the power limit) at 16384x4096x4096 from the standalone harness on the H200
-# (bench/results/2026-12-03-h200-session5/standalone_call6.log; the other shapes there order the
-# configs the same way). Since the consumers take turns on the tensor cores, 256x128 tiles lead:
-# the 2-CTA cluster (A multicast) 7 % behind, 128x128 12 % (60 % tensor-pipe activity in Nsight
-# Compute against 67-68 % for 256x128), 128x192 25 %.
+# (bench/results/2026-12-03-h200-session5/standalone_call6.log for the cluster and 128x192 rows,
+# -session6/standalone.log for 256x128, 192x128 and 128x128). 256x128 (two consumers of two
+# 64-row waves) and 192x128 (three consumers of one wave) measured within 1.5 % of each other per
+# clock at M = 16384, neither consistently faster, so their tile waste decides; the 2-CTA cluster
+# (A multicast) is 7 % behind, 128x128 12 % (60 % tensor-pipe activity in Nsight Compute against
+# 67-68 % for 256x128), 128x192 25 %.
 SM90_TILES = {
     (256, 128, 1): 1.00,
+    (192, 128, 1): 1.00,
     (256, 128, 2): 0.93,
     (128, 128, 1): 0.88,
     (128, 128, 2): 0.83,

@@ -1,20 +1,20 @@
 // Blockwise FP8 GEMM for sm_90a: D[M, N] (bf16) = sum_kb sa[m, kb] * sb[n/128, kb] * (A_kb . B_kb^T) + bias.
 //
 // Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
-// BM x BN (BM = 128 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels in
-// L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
+// BM x BN (BM = 128, 192 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels
+// in L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
 // swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of B's 128x128
 // scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER = 2 the two
 // CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half of the A
 // tile and multicasts it to both; consumers then release a stage to both CTAs' producers.
-// Warpgroups 1 and 2 are consumers with BM/2 rows each, done as BM/128 waves of 64 rows: per
-// 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32 accumulate) into a fresh
-// accumulator and promotes it into the fp32 total with the block's scales (both read from the
-// stage in shared memory), so nothing accumulates in the tensor cores' reduced precision beyond
-// one 128-K block. The two consumers take turns on the tensor cores (a named barrier between
-// their wgmma issues, the order cuBLAS's blockwise kernels use), so one promotes while the
-// other's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's epilogue runs
-// after the next tile's first wave is issued. Epilogue: fp32 bias (loaded when the tile begins),
+// The other warpgroups are consumers: two with BM/2 rows each (three of 64 rows for BM = 192),
+// done as waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3,
+// fp32 accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's
+// scales (both read from the stage in shared memory), so nothing accumulates in the tensor cores'
+// reduced precision beyond one 128-K block. The consumers take turns on the tensor cores (named
+// barriers between their wgmma issues, the order cuBLAS's blockwise kernels use), so one promotes
+// while another's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's
+// epilogue runs after the next tile's first wave is issued. Epilogue: fp32 bias (loaded when the tile begins),
 // one bf16 rounding, the tile staged in shared memory as 64x64 TMA boxes (128-byte swizzle: no
 // bank conflicts) and stored by TMA, which clips rows past M, while the consumers go on. TMA
 // zero-fills operand rows past M / N. N and K must be multiples of 128 (checked on the host, in
@@ -29,17 +29,21 @@ namespace ltx_gemm_sm90 {
 namespace {
 
 constexpr int BK = 128;
-constexpr int kConsumers = 2;
-constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kGroupM = 8;
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in maximum per block (227 KB)
 
 template <int BM, int BN, int CLUSTER>
 struct Config {
-  static_assert(BM == 128 || BM == 256, "BM is 128 or 256");
+  static_assert(BM == 128 || BM == 192 || BM == 256, "BM is 128, 192 or 256");
   static_assert(BN == 128 || (BN == 192 && BM == 128), "BN is 128, or 192 with BM = 128 (registers)");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
-  static constexpr int kWaves = BM / 128;  // 64-row waves per consumer warpgroup
+  static_assert(BM != 192 || CLUSTER == 1, "BM = 192 runs without clusters");
+  // BM = 192: three consumer warpgroups of 64 rows (the register file holds three at 160
+  // registers a thread); else two of BM / 2 rows.
+  static constexpr int kConsumers = BM == 192 ? 3 : 2;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kRowsPerConsumer = BM / kConsumers;
+  static constexpr int kWaves = kRowsPerConsumer / 64;  // 64-row waves per consumer warpgroup
   static constexpr int kStageBytes = (BM + BN) * BK + BM * 4;  // A and B tiles, A's scales
   // The epilogue stages its output in 64 x 64 bf16 boxes (8 KB, one TMA store each), reusing a
   // box once the TMA has read it. Each consumer gets as many boxes as fit without costing a
@@ -138,6 +142,30 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
 
 #ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only: SM cycles and nanoseconds of CTA 0's consumer 0
 __device__ unsigned long long g_clock_probe[2];
+#endif
+#ifdef LTX_SM90_TRACE  // timing experiments only: SM clock at points of K blocks 32.. of CTA 0
+constexpr int kTraceFirst = 32, kTraceBlocks = 24, kTracePoints = 6;
+// [consumer][warp][k block][wave][point]: 0 acquire begins, 1 acquired, 2 ready to issue, 3 issued,
+// 4 wgmma done, 5 promoted; and the producer's TMA issue time per k block
+__device__ unsigned int g_trace[3][4][kTraceBlocks][2][kTracePoints];
+__device__ unsigned int g_trace_producer[kTraceBlocks];
+__device__ __forceinline__ unsigned int sm_clock() {
+  unsigned int v;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(v)::"memory");
+  return v;
+}
+__device__ __forceinline__ void trace(int c, int t, int g, int w, int point) {
+  if (blockIdx.x == 0 && t % 32 == 0 && g >= kTraceFirst && g < kTraceFirst + kTraceBlocks)
+    g_trace[c][t / 32][g - kTraceFirst][w][point] = sm_clock();
+}
+__device__ __forceinline__ void trace_producer(int g) {
+  if (blockIdx.x == 0 && g >= kTraceFirst && g < kTraceFirst + kTraceBlocks) g_trace_producer[g - kTraceFirst] = sm_clock();
+}
+#else
+__device__ __forceinline__ void trace(int, int, int, int, int) {}
+__device__ __forceinline__ void trace_producer(int) {}
+#endif
+#ifdef LTX_SM90_CLOCK_PROBE
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t v;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
@@ -163,6 +191,10 @@ __device__ __forceinline__ void cluster_sync() {
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(const CUtensorMap* map, uint64_t* bar, void* dst, int c_inner, int c_row) {
@@ -274,11 +306,12 @@ __device__ __forceinline__ void unit_coords(int unit, int num_m, int num_groups,
 }
 
 template <int BM, int BN, int CLUSTER>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                     const __grid_constant__ CUtensorMap tma_d, const __grid_constant__ CUtensorMap tma_sa, Params p) {
   using Cfg = Config<BM, BN, CLUSTER>;
   constexpr int kStages = Cfg::kStages, kWaves = Cfg::kWaves;
+  constexpr int kConsumers = Cfg::kConsumers, kRowsC = Cfg::kRowsPerConsumer;
   constexpr int NJ = BN / 8;        // 8-column chunks of a wgmma accumulator row
   constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
   using Smem = typename Cfg::Smem;
@@ -312,10 +345,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   else __syncthreads();
 
   if (wg == 0) {  // producer
-    setmaxnreg_dec<40>();
+    // three consumers: 128 * 24 + 384 * 160 registers; two: 128 * 40 + 256 * 232 (of 65536)
+    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();
     if (t == 0) {
       int stage = 0;
       uint32_t phase = 0;
+      [[maybe_unused]] int g_load = 0;  // k blocks loaded so far (timing traces)
       for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
         int m_blk, n_grp;
         unit_coords(unit, num_m, num_groups, m_blk, n_grp);
@@ -329,8 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
         const float* sb0 = p.sb + nb0 * p.sb_sn;
         const float* sb1 = p.sb + nb1 * p.sb_sn;
-        for (int kb = 0; kb < kblocks; ++kb) {
+        for (int kb = 0; kb < kblocks; ++kb, ++g_load) {
           mbar_wait(&s.empty[stage], phase ^ 1);
+          trace_producer(g_load);
           // rows past M / N arrive zero-filled and are still counted
           mbar_expect_tx(&s.full[stage], Cfg::kStageBytes);
           if constexpr (CLUSTER > 1)
@@ -353,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {  // consumers
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<kConsumers == 3 ? 160 : 232>();
     const int c = wg - 1;
     const int warp = t / 32, lane = t % 32;
     const int row_in_wave = warp * 16 + lane / 4;  // and row_in_wave + 8
@@ -379,18 +415,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * (BM / 2) + w * 64 + row_in_wave + 8 * h]);
+        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
       sc.b[0] = lds_ordered(&s.sb[stage][0]);
       sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
     };
     // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
+    // Descriptors of stage 0, advanced by address arithmetic: the address field holds bytes / 16, and
+    // every address stays below 2^18 bytes, so adding never carries out of the field.
+    const uint64_t desc_a0 = smem_desc(s.a[0] + c * kRowsC * BK), desc_b0 = smem_desc(s.b[0]);
     auto issue = [&](float (&acc)[BN / 2], int w) {
       wgmma_fence();
-      const uint8_t* a_wave = s.a[stage] + (c * (BM / 2) + w * 64) * BK;
-      wgmma_e4m3<BN, false>(acc, smem_desc(a_wave), smem_desc(s.b[stage]));
+      const uint64_t da = desc_a0 + static_cast<uint32_t>((stage * BM * BK + w * 64 * BK) / 16);
+      const uint64_t db = desc_b0 + static_cast<uint32_t>(stage * BN * BK / 16);
+      wgmma_e4m3<BN, false>(acc, da, db);
 #pragma unroll
-      for (int k = 1; k < BK / 32; ++k)
-        wgmma_e4m3<BN, true>(acc, smem_desc(a_wave + k * 32), smem_desc(s.b[stage] + k * 32));
+      for (int k = 1; k < BK / 32; ++k) wgmma_e4m3<BN, true>(acc, da + k * 32 / 16, db + k * 32 / 16);
       wgmma_commit();
       if (w == kWaves - 1 && ++stage == kStages) {  // all waves issued: the next acquire waits for the next stage
         stage = 0;
@@ -408,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto begin_tile = [&] {
       int m_blk, n_grp;
       unit_coords(unit, num_m, num_groups, m_blk, n_grp);
-      row0 = m_blk * BM + c * (BM / 2);  // first row of this consumer's part of the tile
+      row0 = m_blk * BM + c * kRowsC;  // first row of this consumer's part of the tile
       n0 = (n_grp * CLUSTER + rank) * BN;
       // A tile spans one 128-column scale block (BN = 128) or two (BN = 192): chunks j < j_split use
       // the first, the rest the second.
@@ -503,18 +542,55 @@ __global__ void __launch_bounds__(kThreads, 1)
     // into step and promote at the same time.) One accumulator per consumer suffices for that.
     // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
     // next tile's first wave is issued, under its wgmma.
-    constexpr int kOrderBarrier = 3;  // 1 and 2 are the consumers' epilogue barriers
+    // Two consumers meet at one 256-thread barrier (consumer 0 after its issue, consumer 1 before
+    // its own). Three pass the turn around a ring: consumer c waits on barrier kTurn + c, issues,
+    // and arrives on its successor's (the last consumer's final arrive would have no taker).
+    constexpr int kOrderBarrier = 1 + kConsumers;  // 1 .. kConsumers are the epilogue barriers
+    constexpr int kTurn = kOrderBarrier;
     const int stream = my_units * kblocks;
     float acc[BN / 2];
-    Scales sc;
+    // With one wave per consumer, the next K block's stage is acquired (its full barrier waited
+    // for, its scales read) right after this block's wave is issued, under its wgmma, instead of
+    // between a promotion and the next issue: 128x128 measured 1-12 % faster per clock. With two
+    // waves (256x128) the same measured 1.5-3.5 % slower, so there the stage is acquired when the
+    // block begins (bench/results/2026-12-03-h200-session6/standalone.log, "desc" vs "ahead").
+    constexpr bool kAcquireAhead = kWaves == 1;
+    Scales sc, sc_next;
+    if (kAcquireAhead && stream > 0) acquire(sc_next);
+    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kTurn, 256);
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
-      acquire(sc);
+      if (kAcquireAhead) {
+        sc = sc_next;
+      } else {
+        trace(c, t, g, 0, 0);
+        acquire(sc);
+        trace(c, t, g, 0, 1);
+      }
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        if (c == 1) named_barrier_sync(kOrderBarrier, 256);
+        trace(c, t, g, w, 2);
+#ifndef LTX_SM90_TIMING_NO_ORDER
+        if constexpr (kConsumers == 2) {
+          if (c == 1) named_barrier_sync(kOrderBarrier, 256);
+        } else {
+          named_barrier_sync(kTurn + c, 256);
+        }
+#endif
         issue(acc, w);
-        if (c == 0) named_barrier_sync(kOrderBarrier, 256);
+        trace(c, t, g, w, 3);
+#ifndef LTX_SM90_TIMING_NO_ORDER
+        if constexpr (kConsumers == 2) {
+          if (c == 0) named_barrier_sync(kOrderBarrier, 256);
+        } else if (c < kConsumers - 1 || g + 1 < stream || w + 1 < kWaves) {
+          named_barrier_arrive(kTurn + (c + 1) % kConsumers, 256);
+        }
+#endif
+        if (kAcquireAhead && g + 1 < stream) {
+          trace(c, t, g, 0, 0);
+          acquire(sc_next);
+          trace(c, t, g, 0, 1);
+        }
         if (w == 0 && epilogue_due) {
           epilogue();
           epilogue_due = false;
@@ -523,8 +599,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma_wait<0>();
         fence_operands(acc);
+        trace(c, t, g, w, 4);
         if (w == kWaves - 1) release();
         promote(w, acc, sc);
+        trace(c, t, g, w, 5);
       }
       if (++kb == kblocks) {
         kb = 0;
@@ -584,14 +662,15 @@ struct DeviceState {
 };
 
 // A launch of `grid` CTAs in clusters of `cluster` along x; `attr` must outlive the config.
-cudaLaunchConfig_t cluster_launch(int grid, int cluster, int smem, cudaStream_t stream, cudaLaunchAttribute& attr) {
+cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, cudaStream_t stream,
+                                  cudaLaunchAttribute& attr) {
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = cluster;
   attr.val.clusterDim.y = 1;
   attr.val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = &attr;
@@ -611,7 +690,8 @@ const char* prepare(int dev, int num_sms, int& max_ctas) {
     st.max_ctas = num_sms;
     if constexpr (CLUSTER > 1) {
       cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t cfg = cluster_launch(num_sms / CLUSTER * CLUSTER, CLUSTER, smem, nullptr, attr);
+      const cudaLaunchConfig_t cfg = cluster_launch(num_sms / CLUSTER * CLUSTER, CLUSTER,
+                                                    Config<BM, BN, CLUSTER>::kThreads, smem, nullptr, attr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1)
         return "cudaOccupancyMaxActiveClusters found no room for a cluster";
@@ -642,12 +722,12 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER);
   const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
-  constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes;
+  constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
   if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1><<<grid, kThreads, smem, stream>>>(ma, mb, md, msa, p);
+    fp8_gemm_kernel<BM, BN, 1><<<grid, threads, smem, stream>>>(ma, mb, md, msa, p);
   } else {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, smem, stream, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
     if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, md, msa, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
@@ -664,20 +744,23 @@ const char* launch(const Params& p, const void* a, int64_t lda, const void* b, i
     case 1281281: return launch_cfg<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 1281282: return launch_cfg<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
     case 1281921: return launch_cfg<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 1921281: return launch_cfg<192, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 2561281: return launch_cfg<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 2561282: return launch_cfg<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
-    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,128,1|2), (128,192,1), (256,128,1|2)";
+    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
   }
 }
 
 int smem_bytes(const TileConfig& cfg) {
   if (cfg.block_m == 256) return Config<256, 128, 1>::kSmemBytes;
+  if (cfg.block_m == 192) return Config<192, 128, 1>::kSmemBytes;
   if (cfg.block_n == 192) return Config<128, 192, 1>::kSmemBytes;
   return Config<128, 128, 1>::kSmemBytes;
 }
 
 int stages(const TileConfig& cfg) {
   if (cfg.block_m == 256) return Config<256, 128, 1>::kStages;
+  if (cfg.block_m == 192) return Config<192, 128, 1>::kStages;
   if (cfg.block_n == 192) return Config<128, 192, 1>::kStages;
   return Config<128, 128, 1>::kStages;
 }

@@ -10,8 +10,6 @@ scale (a_scale * b_scale) instead of a per-element outer product.
 Variants, picked per shape by the config cache:
   USE_TMA   operands (and D) through device-built tensor descriptors (Hopper TMA),
             out-of-range rows zero-filled / clipped by the copy engine;
-  PIPELINE  issue block kb+1's MMA before promoting block kb, so the tensor cores
-            are not idle while the CUDA cores scale;
   PERSISTENT one program per SM walking the tiles (TMA only).
 """
 from __future__ import annotations
@@ -92,7 +90,7 @@ def _promote(acc, p, sa, sb, SB_SCALAR: tl.constexpr):
 def _fp8_gemm_nt_kernel(
     a_ptr, b_ptr, d_ptr, sa_ptr, sb_ptr, bias_ptr,
     M, N, K, stride_am, stride_bn, stride_dm, sa_sm, sa_sk, sb_sn, sb_sk,
-    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PIPELINE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     if USE_TMA:  # device-side descriptors: no per-launch host encoding
@@ -120,28 +118,14 @@ def _fp8_gemm_nt_kernel(
     KB = K // 128
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sa_k, sb_k = _load_scales(sa_ptrs, sb_ptrs, 0, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
-    if PIPELINE:
-        a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, 0, stride_am, stride_bn, M, N, BLOCK_M, BLOCK_N, USE_TMA)
+    for kb in range(0, KB):
+        # the next block's scales first (the last block reloads its own: never out of bounds)
+        sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, min(kb + 1, KB - 1), sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
+        a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
+                        BLOCK_M, BLOCK_N, USE_TMA)
         p = tl.dot(a, tl.trans(b))
-        for kb in range(1, KB):
-            a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
-                            BLOCK_M, BLOCK_N, USE_TMA)
-            p_next = tl.dot(a, tl.trans(b))
-            sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, kb, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
-            acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
-            sa_k, sb_k = sa_n, sb_n
-            p = p_next
         acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
-    else:
-        for kb in range(0, KB):
-            # the next block's scales first (the last block reloads its own: never out of bounds)
-            sa_n, sb_n = _load_scales(sa_ptrs, sb_ptrs, min(kb + 1, KB - 1), sa_sk, sb_sk, mask_m, mask_n,
-                                        SB_SCALAR)
-            a, b = _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, kb * 128, stride_am, stride_bn, M, N,
-                            BLOCK_M, BLOCK_N, USE_TMA)
-            p = tl.dot(a, tl.trans(b))
-            acc = _promote(acc, p, sa_k, sb_k, SB_SCALAR)
-            sa_k, sb_k = sa_n, sb_n
+        sa_k, sb_k = sa_n, sb_n
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     d = acc.to(tl.bfloat16)
@@ -205,9 +189,12 @@ def m_bucket(m: int) -> int:
 def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
     if m <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
-                "USE_TMA": tma_ok, "PIPELINE": False}
+                "USE_TMA": tma_ok}
+    if tma_ok:  # the H200 warmup's pick at 9 of its 12 shapes (bench/results/2026-12-03-h200-session6)
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
+                "USE_TMA": True, "PERSISTENT": True}
     return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
-            "USE_TMA": tma_ok, "PIPELINE": False}
+            "USE_TMA": False}
 
 
 def candidates(m: int, tma_ok: bool) -> list[dict]:
@@ -215,16 +202,18 @@ def candidates(m: int, tma_ok: bool) -> list[dict]:
     if m <= 64:
         tiles = [(64, 128, 4), (64, 64, 4), (64, 256, 4)]
     out = []
+    # No "issue block kb+1's dot before promoting block kb" variant: Triton (3.6 - 3.9) waits for a
+    # dot right after issuing it unless its accumulator is loop-carried (pendings=0 in the TTGIR), so
+    # the early issue overlapped nothing (measured: within a few % either way on the H200).
     for bm, bn, w in tiles:
         for stages in (3, 4):
             for tma in ((False, True) if tma_ok else (False,)):
-                for pipe in (False, True):
-                    out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w,
-                                "num_stages": stages, "USE_TMA": tma, "PIPELINE": pipe})
+                out.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 8, "num_warps": w,
+                            "num_stages": stages, "USE_TMA": tma})
     if tma_ok and m > 64:
-        for stages in (3, 4):  # persistent: within a few % of the grid kernels on H200, ahead at M=1024
+        for stages in (3, 4):  # persistent: the fastest at M >= 4096 on the H200 since scales load ahead
             out.append({"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": stages,
-                        "USE_TMA": True, "PIPELINE": False, "PERSISTENT": True})
+                        "USE_TMA": True, "PERSISTENT": True})
     return out
 
 
@@ -263,7 +252,7 @@ def _launch(a, sa, b, sb, bias, d, cfg):
     _fp8_gemm_nt_kernel[grid](
         a, b, d, sa, sb, bias if bias is not None else sb,
         m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
-        HAS_BIAS=bias is not None, USE_TMA=cfg["USE_TMA"], PIPELINE=cfg["PIPELINE"],
+        HAS_BIAS=bias is not None, USE_TMA=cfg["USE_TMA"],
         BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
