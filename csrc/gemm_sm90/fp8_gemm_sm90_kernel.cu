@@ -543,10 +543,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
     // next tile's first wave is issued, under its wgmma.
     // Two consumers meet at one 256-thread barrier (consumer 0 after its issue, consumer 1 before
-    // its own). Three pass the turn around a ring: consumer c waits on barrier kTurn + c, issues,
-    // and arrives on its successor's (the last consumer's final arrive would have no taker).
+    // its own). Three pass the turn around a ring: consumer c waits on barrier kOrderBarrier + c,
+    // issues, and arrives on its successor's; the last consumer hands consumer 0 its first turn
+    // and skips its final arrive, which would have no taker.
     constexpr int kOrderBarrier = 1 + kConsumers;  // 1 .. kConsumers are the epilogue barriers
-    constexpr int kTurn = kOrderBarrier;
     const int stream = my_units * kblocks;
     float acc[BN / 2];
     // With one wave per consumer, the next K block's stage is acquired (its full barrier waited
@@ -557,7 +557,9 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     constexpr bool kAcquireAhead = kWaves == 1;
     Scales sc, sc_next;
     if (kAcquireAhead && stream > 0) acquire(sc_next);
-    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kTurn, 256);
+#ifndef LTX_SM90_TIMING_NO_ORDER
+    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);
+#endif
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
       if (kAcquireAhead) {
@@ -574,7 +576,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         if constexpr (kConsumers == 2) {
           if (c == 1) named_barrier_sync(kOrderBarrier, 256);
         } else {
-          named_barrier_sync(kTurn + c, 256);
+          named_barrier_sync(kOrderBarrier + c, 256);
         }
 #endif
         issue(acc, w);
@@ -583,7 +585,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         if constexpr (kConsumers == 2) {
           if (c == 0) named_barrier_sync(kOrderBarrier, 256);
         } else if (c < kConsumers - 1 || g + 1 < stream || w + 1 < kWaves) {
-          named_barrier_arrive(kTurn + (c + 1) % kConsumers, 256);
+          named_barrier_arrive(kOrderBarrier + (c + 1) % kConsumers, 256);
         }
 #endif
         if (kAcquireAhead && g + 1 < stream) {
