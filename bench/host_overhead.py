@@ -1,4 +1,4 @@
-"""Host (Python) cost of one eager call of each memory-bound op, on tiny inputs so that the GPU
+"""Host (Python) cost of one eager call of each op (the GEMM at 4x256x4096), on tiny inputs so that the GPU
 is never the bottleneck: what limits the eager GB/s of small calls. ``--profile`` adds a cProfile
 of the interleaved norm+rope call.
 
@@ -39,6 +39,9 @@ def main():
     q, s = lk.quantize_blockwise(x)
     u8 = torch.randint(0, 256, (4, 4096), device=dev, dtype=torch.uint8) & 0x9F
     p = lk.fp6_pack(u8)
+    q2, s2 = lk.quantize_blockwise(x[0])
+    qw, sw = lk.quantize_weights_blockwise(torch.randn(256, 4096, device=dev))
+    bias = torch.randn(256, device=dev)
     cases = {
         "rms_norm_rope": lambda: lk.rms_norm_rope(x, c, c, w),
         "rms_norm_split_rope": lambda: lk.rms_norm_split_rope(x, cs, cs, w),
@@ -47,10 +50,15 @@ def main():
         "dequantize_blockwise": lambda: lk.dequantize_blockwise(q, s),
         "fp6_pack": lambda: lk.fp6_pack(u8),
         "fp6_unpack": lambda: lk.fp6_unpack(p, 4096),
+        "fp8_gemm_nt triton": lambda: lk.fp8_gemm_nt(q2, s2, qw, sw, bias, backend="triton"),
+        "fp8_gemm_nt cuda": lambda: lk.fp8_gemm_nt(q2, s2, qw, sw, bias, backend="cuda"),
         "torch add (floor)": lambda: x + x,
     }
     for name, fn in cases.items():
-        print(f"{name:24s} {per_call_us(fn):7.1f} us/call")
+        try:
+            print(f"{name:24s} {per_call_us(fn):7.1f} us/call")
+        except lk.BackendUnavailable as e:
+            print(f"{name:24s} unavailable: {e}")
     if args.profile:
         pr = cProfile.Profile()
         pr.enable()

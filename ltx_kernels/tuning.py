@@ -93,6 +93,8 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
         os.replace(tmp, path)
         _memory.setdefault(dev, {})[entry_key(kernel, key)] = record
         _choices.clear()
+        global generation
+        generation += 1
     return path
 
 
@@ -150,3 +152,6 @@ def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict
 
 
 _choices: dict = {}
+# Bumped by every ``store``: the wrappers' per-signature launch plans include it in their keys, so
+# a config tuned later in the process replaces the one a plan was made with.
+generation = 0

@@ -99,3 +99,59 @@ def test_bad_inputs(device):
         lk.fp8_gemm_nt(qa, sa, qb, sb, out=torch.empty(3, 3, dtype=torch.bfloat16, device=device))
     with pytest.raises(lk.BackendUnavailable, match="cuda"):
         lk.fp8_gemm_nt(qa.cpu(), sa.cpu(), qb.cpu(), sb.cpu(), backend="cuda")
+
+
+def _gemm_backends(device):
+    out = ["triton"]
+    if device.type == "cuda" and not lk.gemm.gemm_op.why_not(*gemm_operands(1, 128, 128, device), None,
+                                                            torch.empty(0, device=device))["cuda"]:
+        out.append("cuda")
+    return out
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_repeat_calls_same_signature(device, with_out):
+    """Fresh inputs of one signature, call after call: on a GPU the second call onwards takes the
+    per-signature plan (direct launch), which must give the same results; a bf16 bias needs a
+    conversion, so no plan may read it in place."""
+    from ltx_kernels import gemm
+
+    m, n, k = 70, 256, 384
+    for backend in _gemm_backends(device):
+        for i in range(4):
+            qa, sa, qb, sb = gemm_operands(m, n, k, device)
+            bias = torch.randn(n, device=device)
+            if i >= 2:
+                bias = bias.bfloat16()
+            out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16) if with_out else None
+            d = lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend=backend)
+            if with_out:
+                assert d is out
+            assert rel_err(d, gemm_reference(qa, sa, qb, sb, bias.float())) <= 3e-3
+        if device.type == "cuda":
+            key = gemm.signature((qa, sa, qb, sb, bias, out, backend, gemm.tuning.generation))
+            assert gemm._plans.get(key) is None, "a plan kept for a bias that needed a conversion"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams and graphs")
+def test_planned_gemm_on_side_stream_and_in_graph():
+    m, n, k = 130, 384, 256
+    for backend in _gemm_backends(torch.device("cuda")):
+        qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+        for _ in range(2):  # the second call is planned
+            lk.fp8_gemm_nt(qa, sa, qb, sb, backend=backend)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            d = lk.fp8_gemm_nt(qa, sa, qb, sb, backend=backend)
+        torch.cuda.current_stream().wait_stream(side)
+        assert rel_err(d, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            d = lk.fp8_gemm_nt(qa, sa, qb, sb, backend=backend)
+        qa2, sa2, qb2, sb2 = gemm_operands(m, n, k, "cuda")
+        for dst, src in ((qa, qa2), (sa, sa2), (qb, qb2), (sb, sb2)):
+            dst.copy_(src)
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel_err(d, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3

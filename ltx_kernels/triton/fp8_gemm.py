@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .. import tuning
-from . import cdiv, next_pow2
+from . import cdiv, direct_launcher, next_pow2
 
 from .._dispatch import interpreter_on
 
@@ -62,6 +62,18 @@ def _load_ab(a_src, b_src, m0, n0, offs_m, offs_n, k0, stride_am, stride_bn, M, 
         a = tl.load(a_src + offs_m[:, None] * stride_am + offs_k[None, :], mask=(offs_m < M)[:, None], other=0.0)
         b = tl.load(b_src + offs_n[:, None] * stride_bn + offs_k[None, :], mask=(offs_n < N)[:, None], other=0.0)
     return a, b
+
+
+@triton.jit
+def _scale_ptrs(sa_ptr, sb_ptr, offs_m, offs_n, n0, sa_sm, sb_sn, SB_SCALAR: tl.constexpr):
+    """The tile rows' a_scale pointers (K block 0), and its b_scale pointer: the tile's one
+    weight-scale row (SB_SCALAR) or one per column."""
+    sa_ptrs = sa_ptr + offs_m * sa_sm
+    if SB_SCALAR:
+        sb_ptrs = sb_ptr + (n0 // 128) * sb_sn
+    else:
+        sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+    return sa_ptrs, sb_ptrs
 
 
 @triton.jit
@@ -110,11 +122,7 @@ def _fp8_gemm_nt_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < N
     SB_SCALAR: tl.constexpr = BLOCK_N <= 128  # the tile lies in one 128-column weight-scale block
-    sa_ptrs = sa_ptr + offs_m * sa_sm
-    if SB_SCALAR:
-        sb_ptrs = sb_ptr + (n0 // 128) * sb_sn
-    else:
-        sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+    sa_ptrs, sb_ptrs = _scale_ptrs(sa_ptr, sb_ptr, offs_m, offs_n, n0, sa_sm, sb_sn, SB_SCALAR)
     KB = K // 128
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sa_k, sb_k = _load_scales(sa_ptrs, sb_ptrs, 0, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
@@ -158,11 +166,7 @@ def _fp8_gemm_nt_persistent_kernel(
         offs_n = (n0 + tl.arange(0, BLOCK_N)).to(tl.int64)
         mask_m = offs_m < M
         mask_n = offs_n < N
-        sa_ptrs = sa_ptr + offs_m * sa_sm
-        if SB_SCALAR:
-            sb_ptrs = sb_ptr + (n0 // 128) * sb_sn
-        else:
-            sb_ptrs = sb_ptr + (offs_n // 128) * sb_sn
+        sa_ptrs, sb_ptrs = _scale_ptrs(sa_ptr, sb_ptr, offs_m, offs_n, n0, sa_sm, sb_sn, SB_SCALAR)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         sa_k, sb_k = _load_scales(sa_ptrs, sb_ptrs, 0, sa_sk, sb_sk, mask_m, mask_n, SB_SCALAR)
         for kb in range(0, KB):
@@ -233,28 +237,28 @@ def tma_supported(a: torch.Tensor) -> bool:
 
 
 def _launch(a, sa, b, sb, bias, d, cfg):
+    """Launches; returns a direct launcher for (a, b, d, sa, sb, bias or sb) of the same signature
+    (see ``direct_launcher``), or None."""
     m, k = a.shape
     n = b.shape[0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on():
         _ensure_allocator()
     tiles = cdiv(m, bm) * cdiv(n, bn)
+    args = (a, b, d, sa, sb, bias if bias is not None else sb,
+            m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
+            bias is not None)
     if cfg.get("PERSISTENT"):
         sms = _sm_count(a.device.index) if a.device.type == "cuda" else 4
-        _fp8_gemm_nt_persistent_kernel[(min(tiles, sms),)](
-            a, b, d, sa, sb, bias if bias is not None else sb,
-            m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
-            HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], NUM_SMS=sms,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        )
-        return
-    grid = (tiles,)
-    _fp8_gemm_nt_kernel[grid](
-        a, b, d, sa, sb, bias if bias is not None else sb,
-        m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
-        HAS_BIAS=bias is not None, USE_TMA=cfg["USE_TMA"],
-        BLOCK_M=bm, BLOCK_N=bn, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
+        grid = (min(tiles, sms),)
+        kernel = _fp8_gemm_nt_persistent_kernel
+        args += (bm, bn, cfg["GROUP_M"], sms)
+    else:
+        grid = (tiles,)
+        kernel = _fp8_gemm_nt_kernel
+        args += (cfg["USE_TMA"], bm, bn, cfg["GROUP_M"])
+    compiled = kernel[grid](*args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return direct_launcher(compiled, grid, args, 6)
 
 
 def _tma_ok_for(a, b, d) -> bool:
@@ -273,12 +277,14 @@ def config_for(m: int, n: int, k: int, a, b, d, sa, sb, bias) -> dict:
     return cfg
 
 
-def fp8_gemm_nt(a, sa, b, sb, bias, d, cfg: dict | None = None) -> None:
+def fp8_gemm_nt(a, sa, b, sb, bias, d, cfg: dict | None = None):
+    """Writes D into d. Returns a direct launcher for (a, b, d, sa, sb, bias or sb) of the same
+    signature (see ``direct_launcher``), or None."""
     m, k = a.shape
     n = b.shape[0]
     if m == 0 or n == 0:
-        return
+        return None
     if k == 0:
         d.copy_(bias.to(d.dtype).expand(m, n) if bias is not None else torch.zeros_like(d))
-        return
-    _launch(a, sa, b, sb, bias, d, cfg or config_for(m, n, k, a, b, d, sa, sb, bias))
+        return None
+    return _launch(a, sa, b, sb, bias, d, cfg or config_for(m, n, k, a, b, d, sa, sb, bias))
