@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -124,6 +125,37 @@ class Memo:
             self._seen.clear()
         self._seen[key] = value
         return value
+
+
+class Plans:
+    """Per-signature launch plans of a public wrapper, the eager fast path: once a backend has run
+    a call on the caller's own tensors, it may ``offer`` a plan, a callable that redoes the same
+    launch for new tensors of the same signature (output allocation and a direct launch of the
+    compiled kernel with the config already chosen). Validation, backend choice, config lookup
+    and Triton's argument binding depend on the signature only and cost tens of microseconds of
+    host time a call, more than many of these kernels take on the GPU. Keys should include the
+    resolved backend and ``tuning.generation`` (a config tuned later replaces the planned one)."""
+
+    def __init__(self):
+        self._memo = Memo()
+        self._slot = threading.local()
+
+    def get(self, key):
+        return self._memo.get(key)
+
+    def offer(self, plan) -> None:
+        """Called by a backend during ``record``."""
+        self._slot.plan = plan
+
+    def record(self, key, fn, *args):
+        """fn(*args) (the regular path); keeps the plan a backend offered meanwhile under key
+        (None: keep nothing, e.g. when the wrapper had to copy an input)."""
+        self._slot.plan = None
+        out = fn(*args)
+        plan, self._slot.plan = self._slot.plan, None
+        if plan is not None:
+            self._memo.put(key, plan)
+        return out
 
 
 def _fmt(d):

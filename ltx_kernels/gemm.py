@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from typing import Optional
 
 import torch
@@ -12,19 +11,27 @@ from . import _checks as chk
 from . import _ext
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 gemm_op = Op("fp8_gemm_nt")
 _checked = Memo()
 
-# Eager fast path, as for norm+rope: per call signature, once a backend has run it on the caller's
-# own tensors, a plan that launches the same kernel with the same config directly (validation,
-# backend choice, config lookup and Triton's argument binding depend on the signature only, and
-# cost ~100 us of host time a call, more than a 1024x4096x4096 GEMM takes on an H200). The
-# triton and cuda backends offer their launch here: launch(a, sa, b, sb, bias, d).
-_plans = Memo()
-_plan_slot = threading.local()
+# Eager fast path (see Plans): the triton and cuda backends offer a plan that allocates the output
+# (when not given) and launches the same kernel with the same config directly; ~100 us of host
+# time a call otherwise, more than a 1024x4096x4096 GEMM takes on an H200.
+_plans = Plans()
+
+
+def _plan(launch, shape, device):
+    """launch(a, sa, b, sb, bias, d) as a plan for the public signature."""
+    def run(a, a_scales, b, b_scales, bias, out):
+        if out is None:
+            out = torch.empty(shape, dtype=torch.bfloat16, device=device)
+        launch(a, a_scales, b, b_scales, bias, out)
+        return out
+
+    return run
 
 
 @gemm_op.register("torch", reasons=lambda a, sa, b, sb, bias, d: torch_reasons(a, sa, b, sb, bias))
@@ -43,8 +50,8 @@ def _gemm_triton(a, sa, b, sb, bias, d):
     launch = k.fp8_gemm_nt(a, sa, b, sb, bias, d)
     if launch is not None:
         stream, index = torch._C._cuda_getCurrentRawStream, a.device.index
-        _plan_slot.launch = lambda a, sa, b, sb, bias, d: launch(stream(index), a, b, d, sa, sb,
-                                                                 sb if bias is None else bias)
+        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: launch(stream(index), a, b, d, sa, sb,
+                                                                sb if bias is None else bias), d.shape, d.device))
 
 
 def _cuda_reasons(a, sa, b, sb, bias, d):
@@ -119,7 +126,8 @@ def _gemm_cuda(a, sa, b, sb, bias, d):
     sa_tma = _tma_scales(sa)
     mod.fp8_gemm_nt(a, sa_tma, b, sb, bias, d, bm, bn, cl)
     if sa_tma is sa:  # (a copy would be needed again on every call)
-        _plan_slot.launch = lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl)
+        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl),
+                           d.shape, d.device))
 
 
 def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
@@ -207,23 +215,9 @@ def fp8_gemm_nt(a, a_scales, b, b_scales, bias=None, *, out=None, backend="auto"
     else:
         a, b, bias = validate(a, a_scales, b, b_scales, bias, out)
         _checked.put(key)
-    _plan_slot.launch = None
+    # a plan may only be kept when the kernel read the caller's own tensors (no copies were needed)
+    plan_key = key if a is a_in and b is b_in and bias is bias_in else None
     if out is None:
-        d = call(_gemm_new_op, _gemm_new_op_impl, a, a_scales, b, b_scales, bias, backend)
-    else:
-        call(_gemm_out_op, _gemm_out_op_impl, a, a_scales, b, b_scales, bias, out, backend)
-        d = out
-    launch, _plan_slot.launch = _plan_slot.launch, None
-    if launch is not None and a is a_in and b is b_in and bias is bias_in:
-        _plans.put(key, _plan(launch, d.shape, d.device))
-    return d
-
-
-def _plan(launch, shape, device):
-    def run(a, a_scales, b, b_scales, bias, out):
-        if out is None:
-            out = torch.empty(shape, dtype=torch.bfloat16, device=device)
-        launch(a, a_scales, b, b_scales, bias, out)
-        return out
-
-    return run
+        return _plans.record(plan_key, call, _gemm_new_op, _gemm_new_op_impl, a, a_scales, b, b_scales, bias, backend)
+    _plans.record(plan_key, call, _gemm_out_op, _gemm_out_op_impl, a, a_scales, b, b_scales, bias, out, backend)
+    return out

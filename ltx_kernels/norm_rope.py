@@ -1,14 +1,14 @@
 """Public fused RMSNorm + RoPE ops: validation, torch.library registration, dispatch."""
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, Memo, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from . import tuning
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
@@ -16,11 +16,9 @@ interleaved_op = Op("rms_norm_rope")
 split_op = Op("rms_norm_split_rope")
 _checked = Memo()  # the checks depend on shapes/strides/dtypes/devices only
 
-# Eager fast path: per call signature, once the Triton backend has run it, a plan that allocates the
-# output and launches the compiled kernel directly (no re-validation, backend choice, row maps or
-# Triton binding: those depend on the signature only). The Triton wrappers leave the plan here.
-_plans = Memo()
-_plan_slot = threading.local()
+# Eager fast path (see Plans): the Triton wrappers offer a plan that allocates the output and
+# launches the compiled kernel directly (no re-validation, backend choice, row maps or binding).
+_plans = Plans()
 
 
 def _plan(launch, shape, dtype, device, has_w):
@@ -36,22 +34,12 @@ def _plan(launch, shape, dtype, device, has_w):
 
 
 def _offer_plan(launch, x, x2, maps, freqs, weights, w, out):
-    """Keep a plan only when the kernel read the caller's own tensors (no copies were needed)."""
+    """Offer a plan only when the kernel read the caller's own tensors (no copies were needed)."""
     if launch is None or x2.data_ptr() != x.data_ptr() or (w is not None and w.data_ptr() != weights.data_ptr()):
         return
     if any(m.data_ptr() != f.data_ptr() for m, f in zip(maps, freqs)):
         return
-    _plan_slot.plan = _plan(launch, out.shape, out.dtype, out.device, w is not None)
-
-
-def _planned(key, fn, *args):
-    """Run fn(*args) (the regular path) and keep the plan the Triton backend offered for key."""
-    _plan_slot.plan = None
-    out = fn(*args)
-    plan, _plan_slot.plan = _plan_slot.plan, None
-    if plan is not None:
-        _plans.put(key, plan)
-    return out
+    _plans.offer(_plan(launch, out.shape, out.dtype, out.device, w is not None))
 
 
 def _out_dtype(x: torch.Tensor, out_fp8: bool) -> torch.dtype:
@@ -146,13 +134,14 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend)))
+    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
+                     tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps))
-    return _planned(key, call, _rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights,
-                    bool(out_fp8), eps, backend)
+    return _plans.record(key, call, _rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights,
+                         bool(out_fp8), eps, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,10 +217,11 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend)))
+    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
+                     tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_split(x, cos_freqs, sin_freqs, weights, eps))
-    return _planned(key, call, _rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs,
-                    weights, bool(out_fp8), eps, backend)
+    return _plans.record(key, call, _rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs,
+                         weights, bool(out_fp8), eps, backend)

@@ -11,7 +11,8 @@ import torch
 
 from . import _checks as chk
 from . import reference as ref
-from ._dispatch import Op, Memo, call, signature, torch_reasons, triton_reasons
+from . import tuning
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -25,6 +26,9 @@ adanorm_op = Op("quantize_adanorm")
 rms_fma_op = Op("quantize_rms_fma")
 gated_op = Op("gated_attention")
 _checked = Memo()  # argument signatures that passed a wrapper's checks
+# Eager fast path (see Plans) of quantize_blockwise and quantize_adanorm, which run before every
+# FP8 linear: the Triton backends offer a plan that allocates the outputs and launches directly.
+_plans = Plans()
 
 
 def _prepare_triton():
@@ -48,6 +52,30 @@ def buffer_to_scales(buf: torch.Tensor, m: int) -> torch.Tensor:
     return buf.t()[:m]
 
 
+def _quantized_plan(launch, x, x2):
+    """A plan (x, *extra tensors) -> (q, scales) for launch(stream, x rows, *extra, q rows, sbuf),
+    offered only when x2 is x itself seen as rows (no copy): x.view(-1, K) then gives the same view
+    for every tensor of x's signature."""
+    kk = x.shape[-1]
+    try:
+        same = x.view(-1, kk).stride() == x2.stride() and x2.data_ptr() == x.data_ptr()
+    except RuntimeError:
+        same = False
+    if launch is None or not same:
+        return
+    shape, device, m = x.shape, x.device, x2.shape[0]
+    kb, m_pad = kk // 128, ref.align4(m)
+    stream, index = torch._C._cuda_getCurrentRawStream, device.index
+
+    def run(x, *extra):
+        q = torch.empty(shape, dtype=FP8, device=device)
+        sbuf = torch.empty(kb, m_pad, dtype=torch.float32, device=device)
+        launch(stream(index), x.view(-1, kk), *extra, q.view(-1, kk), sbuf)
+        return q, buffer_to_scales(sbuf, m)
+
+    _plans.offer(run)
+
+
 def _row_reasons(k: int) -> list:
     return [f"row length {k} > {MAX_ROW} (whole-row kernel)"] if k > MAX_ROW else []
 
@@ -68,7 +96,8 @@ def _quantize_triton(x, scale_max, gelu):
     x2 = chk.rows_2d("x", x)
     q = torch.empty(x.shape, dtype=FP8, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
-    k.quantize(x2, q.view(-1, kk), sbuf, scale_max, gelu)
+    launch = k.quantize(x2, q.view(-1, kk), sbuf, scale_max, gelu)
+    _quantized_plan(launch, x, x2)
     return q, sbuf
 
 
@@ -104,11 +133,18 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
     GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
     """
-    key = signature(("quantize", x, scale_max))
+    key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(x)
     if not _checked.get(key):
         _check_rows("x", x)
-        scale_max = _checked.put(key, chk.positive_finite("scale_max", scale_max))
-    q, buf = call(_quantize_op, _quantize_op_impl, x, float(scale_max), bool(gelu), backend)
+        _checked.put(key, chk.positive_finite("scale_max", scale_max))
+    return _plans.record(key, _quantize_then_view, x, float(scale_max), bool(gelu), backend)
+
+
+def _quantize_then_view(x, scale_max, gelu, backend):
+    q, buf = call(_quantize_op, _quantize_op_impl, x, scale_max, gelu, backend)
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
@@ -231,8 +267,10 @@ def _adanorm_triton(x, scale, shift, eps, scale_max):
     q = torch.empty(x.shape, dtype=FP8, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
     lead = x.shape[:-1]
-    k.quantize_adanorm(x2, chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead), q.view(-1, kk),
-                       sbuf, eps, scale_max)
+    sc_map, sh_map = chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead)
+    launch = k.quantize_adanorm(x2, sc_map, sh_map, q.view(-1, kk), sbuf, eps, scale_max)
+    if sc_map[0].data_ptr() == scale.data_ptr() and sh_map[0].data_ptr() == shift.data_ptr():
+        _quantized_plan(launch, x, x2)  # the modulation read in place: the plan passes it as given
     return q, sbuf
 
 
@@ -254,7 +292,10 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
 
     x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
     """
-    key = signature(("adanorm", x, scale, shift, eps, scale_max))
+    key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(x, scale, shift)
     if not _checked.get(key):
         _check_rows("x", x)
         _check_modulation("scale", scale, x)
@@ -264,7 +305,11 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
             raise ValueError(f"eps must be a finite number >= 0, got {eps}")
         chk.positive_finite("scale_max", scale_max)
         _checked.put(key)
-    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, float(eps), float(scale_max), backend)
+    return _plans.record(key, _adanorm_then_view, x, scale, shift, float(eps), float(scale_max), backend)
+
+
+def _adanorm_then_view(x, scale, shift, eps, scale_max, backend):
+    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 

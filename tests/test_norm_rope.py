@@ -192,7 +192,7 @@ def test_repeat_calls_same_signature(device, variant, out_fp8):
             out = lk.rms_norm_rope(x, c, s, w, out_fp8, backend="triton")
             _check(out, x, lambda: ref.rms_norm_rope(x.float(), c, s, w, False), out_fp8)
     if device.type == "cuda":
-        key = norm_rope.signature((variant, x, c, s, w, 1e-6, out_fp8, "triton"))
+        key = norm_rope.signature((variant, x, c, s, w, 1e-6, out_fp8, "triton", norm_rope.tuning.generation))
         assert norm_rope._plans.get(key) is None, "a plan kept for weights that needed a copy"
 
 

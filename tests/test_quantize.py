@@ -235,3 +235,32 @@ def test_explicit_config_launch_path(device):
             assert_codes_equal(q, want[0])
         else:
             assert_fp8_close(q, want[0].float())
+
+
+def test_repeat_calls_same_signature(device):
+    """Fresh inputs of one signature, call after call: on a GPU the second call onwards takes the
+    per-signature plan (direct launch), which must give the same results; an x whose rows need a
+    copy, or modulation broadcast through a copy, must not be planned."""
+    from ltx_kernels import quantize
+
+    b, t, h = 2, 5, 384
+    for i in range(6):
+        x = torch.randn(b, t, h, device=device, dtype=BF16) * 3
+        xs = torch.randn(b, t, 2 * h, device=device, dtype=BF16)[..., ::2]  # rows need a copy
+        for xx in (x, xs):
+            q, s = lk.quantize_blockwise(xx, backend="triton")
+            qr, sr = ref.quantize_blockwise(xx)
+            assert_codes_equal(q, qr)
+            assert torch.equal(s, sr)
+        scale = torch.randn(b, 1, h, device=device, dtype=BF16) * 0.3
+        shift = torch.randn(b, t, h, device=device, dtype=BF16) * 0.3
+        q, s = lk.quantize_adanorm(x, scale, shift, backend="triton")
+        qr, sr = ref.quantize_adanorm(x, scale, shift)
+        torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)
+        u = ref.rms_norm(x.float(), 1e-6) * (1 + scale.float()) + shift.float()
+        assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+    if device.type == "cuda":
+        gen = quantize.tuning.generation
+        assert quantize._plans.get(quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "triton", gen)))
+        assert not quantize._plans.get(quantize.signature(("quantize", xs, quantize.FP8_SCALE_MAX, False, "triton",
+                                                           gen))), "a plan kept for rows that needed a copy"

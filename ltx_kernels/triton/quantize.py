@@ -17,7 +17,7 @@ import triton.language as tl
 from .. import reference as ref
 from .. import tuning
 from .._dispatch import interpreter_on
-from . import cdiv, next_pow2
+from . import cdiv, direct_launcher, next_pow2
 
 
 # NaN is ignored by the block absmax. The GPU's max does that by itself (maxNum); numpy's, in the
@@ -268,33 +268,36 @@ def scale_buffer(m: int, kb: int, device) -> torch.Tensor:
     return torch.empty(kb, ref.align4(m), dtype=torch.float32, device=device)
 
 
-def quantize(x2, q2, sbuf, scale_max: float, gelu: bool, cfg: dict | None = None) -> None:
+def quantize(x2, q2, sbuf, scale_max: float, gelu: bool, cfg: dict | None = None):
+    """Returns a direct launcher for (x2, q2, sbuf) of the same signature (see ``direct_launcher``),
+    or None."""
     m, k = x2.shape
     kb = k // 128
     if m == 0:
-        return
+        return None
 
     def launch(c):
         grid = (cdiv(sbuf.shape[1], c["BLOCK_M"]), cdiv(kb, c["BLOCK_KB"]))
-        _quantize_kernel[grid](x2, q2, sbuf, m, sbuf.shape[1], kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
-                               scale_max, GELU=gelu, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
-                               BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
+        args = (x2, q2, sbuf, m, sbuf.shape[1], kb, x2.stride(0), q2.stride(0), sbuf.stride(0), scale_max,
+                gelu, ref.AMAX_FLOOR, c["BLOCK_M"], c["BLOCK_KB"])
+        return direct_launcher(_quantize_kernel[grid](*args, num_warps=c["num_warps"]), grid, args, 3)
 
     if cfg is not None:  # given (warmup, tests): no lookup
         return launch(cfg)
     key = ("plain", k, str(x2.dtype), gelu)
     cfg = tuning.choose("quantize", key, _chunk_cfg(kb), lambda: _chunk_candidates(kb),
                         lambda c: (lambda: launch(c)), device=x2.device)
-    launch(cfg)
+    return launch(cfg)
 
 
-def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float, cfg: dict | None = None) -> None:
+def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float, cfg: dict | None = None):
     """Three kernels: whole rows with per-row modulation offsets; rows in column chunks read twice
     (two-pass); or, when the modulation is shared by each sample's tokens, programs that read it
-    once for many rows. The config cache picks."""
+    once for many rows. The config cache picks. Returns a direct launcher for
+    (x2, scale base, shift base, q2, sbuf) of the same signature (see ``direct_launcher``), or None."""
     m, k = x2.shape
     if m == 0:
-        return
+        return None
     (sc, sci, sco, scs), (sh, shi, sho, shs) = sc_map, sh_map
     kb = k // 128
     kb_pad = next_pow2(kb)
@@ -303,22 +306,19 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
     n_samples, tokens = (m // sci, sci) if bcast else (1, m)
 
     def launch(c):
+        head = (x2, sc, sh, q2, sbuf, m, m_pad, kb)
         if c.get("KIND") == "bcast":
             grid = (cdiv(tokens + (m_pad - m), c["ROWS"]), n_samples)
-            _adanorm_bcast_kernel[grid](x2, sc, sh, q2, sbuf, m, m_pad, kb, n_samples, tokens, x2.stride(0),
-                                        q2.stride(0), sbuf.stride(0), sco, sho, eps, scale_max,
-                                        AMAX_FLOOR=ref.AMAX_FLOOR, ROWS=c["ROWS"], BLOCK_M=c["BLOCK_M"],
-                                        BLOCK_KB=kb_pad, num_warps=c["num_warps"])
-        elif c.get("KIND") == "twopass":
-            _adanorm_twopass_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
-                x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
-                sci, sco, scs, shi, sho, shs, eps, scale_max, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
-                CHUNK_KB=min(c["CHUNK_KB"], kb_pad), num_warps=c["num_warps"])
+            kernel = _adanorm_bcast_kernel
+            args = head + (n_samples, tokens, x2.stride(0), q2.stride(0), sbuf.stride(0), sco, sho, eps, scale_max,
+                           ref.AMAX_FLOOR, c["ROWS"], c["BLOCK_M"], kb_pad)
         else:
-            _adanorm_kernel[(cdiv(m_pad, c["BLOCK_M"]),)](
-                x2, sc, sh, q2, sbuf, m, m_pad, kb, x2.stride(0), q2.stride(0), sbuf.stride(0),
-                sci, sco, scs, shi, sho, shs, eps, scale_max, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=c["BLOCK_M"],
-                BLOCK_KB=kb_pad, num_warps=c["num_warps"])
+            grid = (cdiv(m_pad, c["BLOCK_M"]),)
+            twopass = c.get("KIND") == "twopass"
+            kernel = _adanorm_twopass_kernel if twopass else _adanorm_kernel
+            args = head + (x2.stride(0), q2.stride(0), sbuf.stride(0), sci, sco, scs, shi, sho, shs, eps, scale_max,
+                           ref.AMAX_FLOOR, c["BLOCK_M"], min(c["CHUNK_KB"], kb_pad) if twopass else kb_pad)
+        return direct_launcher(kernel[grid](*args, num_warps=c["num_warps"]), grid, args, 5)
 
     if cfg is not None:
         if cfg.get("KIND") == "bcast" and not bcast:
@@ -327,7 +327,7 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
     key = ("adanorm", k, str(x2.dtype)) + (("shared_mod",) if bcast else ())
     cfg = tuning.choose("quantize", key, _row_cfg(kb_pad), lambda: adanorm_candidates(kb_pad, bcast),
                         lambda c: (lambda: launch(c)), device=x2.device)
-    launch(cfg)
+    return launch(cfg)
 
 
 def adanorm_candidates(kb_pad: int, shared_mod: bool) -> list[dict]:
