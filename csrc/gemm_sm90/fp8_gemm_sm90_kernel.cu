@@ -410,14 +410,22 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     struct Scales {
       float a[kWaves][2], b[2];
     };
-    auto acquire = [&](Scales& sc) {
+    auto wait_full = [&] {
+#ifndef LTX_SM90_TIMING_NO_FULL_WAIT  // timing experiments only: never in a build
       mbar_wait(&s.full[stage], phase);
+#endif
+    };
+    auto read_scales = [&](Scales& sc, int st) {
 #pragma unroll
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
-      sc.b[0] = lds_ordered(&s.sb[stage][0]);
-      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
+        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[st][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
+      sc.b[0] = lds_ordered(&s.sb[st][0]);
+      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[st][1]) : 0.f;
+    };
+    auto acquire = [&](Scales& sc) {
+      wait_full();
+      read_scales(sc, stage);
     };
     // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
     // Descriptors of stage 0, advanced by address arithmetic: the address field holds bytes / 16, and
@@ -555,6 +563,11 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // waves (256x128) the same measured 1.5-3.5 % slower, so there the stage is acquired when the
     // block begins (bench/results/2026-12-03-h200-session6/standalone.log, "desc" vs "ahead").
     constexpr bool kAcquireAhead = kWaves == 1;
+#ifdef LTX_SM90_SCALES_AFTER_ISSUE
+    constexpr bool kScalesAfterIssue = true;
+#else
+    constexpr bool kScalesAfterIssue = false;
+#endif
     Scales sc, sc_next;
     if (kAcquireAhead && stream > 0) acquire(sc_next);
 #ifndef LTX_SM90_TIMING_NO_ORDER
@@ -562,11 +575,13 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #endif
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
+      const int block_stage = stage;
       if (kAcquireAhead) {
         sc = sc_next;
       } else {
         trace(c, t, g, 0, 0);
-        acquire(sc);
+        wait_full();
+        if (!kScalesAfterIssue) read_scales(sc, block_stage);
         trace(c, t, g, 0, 1);
       }
 #pragma unroll
@@ -580,6 +595,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         }
 #endif
         issue(acc, w);
+        if (!kAcquireAhead && kScalesAfterIssue && w == 0) read_scales(sc, block_stage);
         trace(c, t, g, w, 3);
 #ifndef LTX_SM90_TIMING_NO_ORDER
         if constexpr (kConsumers == 2) {
