@@ -21,7 +21,10 @@ CONFIGS = [
     dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
     dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
     dict(BASE, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=True),
-    dict(BASE, BLOCK_M=64, BLOCK_N=256, num_warps=4, num_stages=3),
+    dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, PERSISTENT=True, CTAS_PER_SM=3),
+    dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3, PERSISTENT=True, CTAS_PER_SM=2),
+    dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSISTENT=True, CTAS_PER_SM=2),
+    dict(BASE, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2, PERSISTENT=True, CTAS_PER_SM=2),
 ]
 
 
@@ -42,7 +45,8 @@ def main():
             print(f"{m}x{n}x{k} cublas_blockwise failed: {type(e).__name__}: {str(e)[:100]}", flush=True)
         for cfg in CONFIGS:
             tag = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
-                   f"{' persistent' if cfg.get('PERSISTENT') else ''}")
+                   f"{' persistent' if cfg.get('PERSISTENT') else ''}"
+                   f"{' x' + str(cfg['CTAS_PER_SM']) if cfg.get('CTAS_PER_SM', 1) > 1 else ''}")
             try:
                 kg.fp8_gemm_nt(qa, sa, qb, sb, bias, d, cfg)
                 err = float((d[:512].float() - want).norm() / want.norm())

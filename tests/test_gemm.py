@@ -39,8 +39,8 @@ def test_every_kernel_variant(device, tma, bm, bn):
     assert rel_err(d, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
-@pytest.mark.parametrize("bm,bn", [(64, 128), (128, 256), (128, 128)])
-def test_persistent_variant(device, bm, bn):
+@pytest.mark.parametrize("bm,bn,ctas", [(64, 128, 1), (128, 256, 1), (128, 128, 1), (64, 128, 3)])
+def test_persistent_variant(device, bm, bn, ctas):
     prepare()
     from ltx_kernels.triton import fp8_gemm as kg
 
@@ -51,7 +51,7 @@ def test_persistent_variant(device, bm, bn):
     bias = torch.randn(n, device=device)
     d = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": 2, "num_warps": 4, "num_stages": 3,
-           "USE_TMA": True, "PERSISTENT": True}
+           "USE_TMA": True, "PERSISTENT": True, "CTAS_PER_SM": ctas}
     kg.fp8_gemm_nt(qa, sa, qb, sb, bias, d, cfg)
     assert torch.isfinite(d.float()).all()
     assert rel_err(d, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3

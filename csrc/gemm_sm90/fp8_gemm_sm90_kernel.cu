@@ -29,7 +29,11 @@ namespace ltx_gemm_sm90 {
 namespace {
 
 constexpr int BK = 128;
+#ifdef LTX_SM90_GROUP_M  // timing experiments only (bench/sm90_standalone.cu)
+constexpr int kGroupM = LTX_SM90_GROUP_M;
+#else
 constexpr int kGroupM = 8;
+#endif
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in maximum per block (227 KB)
 
 template <int BM, int BN, int CLUSTER>

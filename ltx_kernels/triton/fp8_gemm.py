@@ -218,6 +218,9 @@ def candidates(m: int, tma_ok: bool) -> list[dict]:
         for stages in (3, 4):  # persistent: the fastest at M >= 4096 on the H200 since scales load ahead
             out.append({"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": stages,
                         "USE_TMA": True, "PERSISTENT": True})
+        for stages, ctas in ((2, 3), (3, 2), (4, 2)):  # 64-row tiles, several programs per SM
+            out.append({"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": stages,
+                        "USE_TMA": True, "PERSISTENT": True, "CTAS_PER_SM": ctas})
     return out
 
 
@@ -249,10 +252,12 @@ def _launch(a, sa, b, sb, bias, d, cfg):
             m, n, k, a.stride(0), b.stride(0), d.stride(0), sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
             bias is not None)
     if cfg.get("PERSISTENT"):
-        sms = _sm_count(a.device.index) if a.device.type == "cuda" else 4
-        grid = (min(tiles, sms),)
+        # CTAS_PER_SM > 1: programs per SM that fit side by side (shared memory and registers
+        # permitting), so one program's promotion runs under another's MMA
+        programs = (_sm_count(a.device.index) if a.device.type == "cuda" else 4) * cfg.get("CTAS_PER_SM", 1)
+        grid = (min(tiles, programs),)
         kernel = _fp8_gemm_nt_persistent_kernel
-        args += (bm, bn, cfg["GROUP_M"], sms)
+        args += (bm, bn, cfg["GROUP_M"], programs)
     else:
         grid = (tiles,)
         kernel = _fp8_gemm_nt_kernel
