@@ -29,11 +29,7 @@ namespace ltx_gemm_sm90 {
 namespace {
 
 constexpr int BK = 128;
-#ifdef LTX_SM90_GROUP_M  // timing experiments only (bench/sm90_standalone.cu)
-constexpr int kGroupM = LTX_SM90_GROUP_M;
-#else
 constexpr int kGroupM = 8;
-#endif
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in maximum per block (227 KB)
 
 template <int BM, int BN, int CLUSTER>
@@ -414,22 +410,14 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     struct Scales {
       float a[kWaves][2], b[2];
     };
-    auto wait_full = [&] {
-#ifndef LTX_SM90_TIMING_NO_FULL_WAIT  // timing experiments only: never in a build
+    auto acquire = [&](Scales& sc) {
       mbar_wait(&s.full[stage], phase);
-#endif
-    };
-    auto read_scales = [&](Scales& sc, int st) {
 #pragma unroll
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[st][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
-      sc.b[0] = lds_ordered(&s.sb[st][0]);
-      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[st][1]) : 0.f;
-    };
-    auto acquire = [&](Scales& sc) {
-      wait_full();
-      read_scales(sc, stage);
+        for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
+      sc.b[0] = lds_ordered(&s.sb[stage][0]);
+      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
     };
     // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
     // Descriptors of stage 0, advanced by address arithmetic: the address field holds bytes / 16, and
@@ -567,11 +555,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // waves (256x128) the same measured 1.5-3.5 % slower, so there the stage is acquired when the
     // block begins (bench/results/2026-12-03-h200-session6/standalone.log, "desc" vs "ahead").
     constexpr bool kAcquireAhead = kWaves == 1;
-#ifdef LTX_SM90_SCALES_AFTER_ISSUE
-    constexpr bool kScalesAfterIssue = true;
-#else
-    constexpr bool kScalesAfterIssue = false;
-#endif
     Scales sc, sc_next;
     if (kAcquireAhead && stream > 0) acquire(sc_next);
 #ifndef LTX_SM90_TIMING_NO_ORDER
@@ -579,13 +562,11 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #endif
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
-      const int block_stage = stage;
       if (kAcquireAhead) {
         sc = sc_next;
       } else {
         trace(c, t, g, 0, 0);
-        wait_full();
-        if (!kScalesAfterIssue) read_scales(sc, block_stage);
+        acquire(sc);
         trace(c, t, g, 0, 1);
       }
 #pragma unroll
@@ -599,7 +580,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         }
 #endif
         issue(acc, w);
-        if (!kAcquireAhead && kScalesAfterIssue && w == 0) read_scales(sc, block_stage);
         trace(c, t, g, w, 3);
 #ifndef LTX_SM90_TIMING_NO_ORDER
         if constexpr (kConsumers == 2) {
