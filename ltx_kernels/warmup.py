@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ltx_kernels.warmup", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", help="comma-separated MxNxK GEMM shapes instead of the LTX-2 set")
-    ap.add_argument("--quick", action="store_true", help="only the GEMM shapes of the H200 anchors")
+    ap.add_argument("--quick", action="store_true", help="only the GEMM shapes of the H200 anchors and 3000x2176x7168")
     ap.add_argument("--gemm-only", action="store_true")
     ap.add_argument("--only", help="comma-separated substrings: tune only the jobs whose label has one (e.g. adanorm)")
     ap.add_argument("--check", action="store_true", help="report cached/shipped/missing configs, tune nothing")
