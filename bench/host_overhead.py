@@ -37,6 +37,8 @@ def main():
     w = torch.rand(4096, device=dev, dtype=bf)
     sc = torch.randn(1, 1, 4096, device=dev, dtype=bf)
     q, s = lk.quantize_blockwise(x)
+    xr = x.clone()
+    lg = torch.randn(1, 4, 32, device=dev, dtype=bf)
     u8 = torch.randint(0, 256, (4, 4096), device=dev, dtype=torch.uint8) & 0x9F
     p = lk.fp6_pack(u8)
     q2, s2 = lk.quantize_blockwise(x[0])
@@ -47,6 +49,8 @@ def main():
         "rms_norm_split_rope": lambda: lk.rms_norm_split_rope(x, cs, cs, w),
         "quantize_blockwise": lambda: lk.quantize_blockwise(x),
         "quantize_adanorm": lambda: lk.quantize_adanorm(x, sc, sc),
+        "quantize_rms_fma": lambda: lk.quantize_rms_fma(xr, x, sc),
+        "gated_attention": lambda: lk.gated_attention(x, lg),
         "dequantize_blockwise": lambda: lk.dequantize_blockwise(q, s),
         "fp6_pack": lambda: lk.fp6_pack(u8),
         "fp6_unpack": lambda: lk.fp6_unpack(p, 4096),

@@ -26,8 +26,9 @@ adanorm_op = Op("quantize_adanorm")
 rms_fma_op = Op("quantize_rms_fma")
 gated_op = Op("gated_attention")
 _checked = Memo()  # argument signatures that passed a wrapper's checks
-# Eager fast path (see Plans) of quantize_blockwise and quantize_adanorm, which run before every
-# FP8 linear: the Triton backends offer a plan that allocates the outputs and launches directly.
+# Eager fast path (see Plans) of the producers that run before every FP8 linear (quantize_blockwise,
+# quantize_adanorm, quantize_rms_fma, gated_attention): the Triton backends offer a plan that
+# allocates the outputs and launches directly.
 _plans = Plans()
 
 
@@ -52,28 +53,41 @@ def buffer_to_scales(buf: torch.Tensor, m: int) -> torch.Tensor:
     return buf.t()[:m]
 
 
-def _quantized_plan(launch, x, x2):
-    """A plan (x, *extra tensors) -> (q, scales) for launch(stream, x rows, *extra, q rows, sbuf),
-    offered only when x2 is x itself seen as rows (no copy): x.view(-1, K) then gives the same view
-    for every tensor of x's signature."""
-    kk = x.shape[-1]
-    try:
-        same = x.view(-1, kk).stride() == x2.stride() and x2.data_ptr() == x.data_ptr()
-    except RuntimeError:
-        same = False
-    if launch is None or not same:
+def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
+    """Offer a plan ``(*inputs) -> (out, scales or None)`` for
+    ``launch(stream, *view(*inputs), out rows, sbuf or out rows)``. ``inputs`` are the public
+    call's tensors (x first), ``used`` what the kernel read for them; offered only when
+    ``view(*inputs)`` gives those very tensors (no copy was needed), as it then does for every
+    call of the signature."""
+    if launch is None:
         return
-    shape, device, m = x.shape, x.device, x2.shape[0]
+    try:
+        again = view(*inputs)
+    except RuntimeError:
+        return
+    if any(a.data_ptr() != b.data_ptr() for a, b in zip(again, used)):
+        return
+    x = inputs[0]
+    shape, device, kk = x.shape, x.device, x.shape[-1]
+    m = x.numel() // kk
     kb, m_pad = kk // 128, ref.align4(m)
     stream, index = torch._C._cuda_getCurrentRawStream, device.index
 
-    def run(x, *extra):
-        q = torch.empty(shape, dtype=FP8, device=device)
+    def run(*inputs):
+        out = torch.empty(shape, dtype=out_dtype, device=device)
+        out2 = out.view(-1, kk)
+        if not scales:
+            launch(stream(index), *view(*inputs), out2, out2)
+            return out, None
         sbuf = torch.empty(kb, m_pad, dtype=torch.float32, device=device)
-        launch(stream(index), x.view(-1, kk), *extra, q.view(-1, kk), sbuf)
-        return q, buffer_to_scales(sbuf, m)
+        launch(stream(index), *view(*inputs), out2, sbuf)
+        return out, buffer_to_scales(sbuf, m)
 
     _plans.offer(run)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.view(-1, t.shape[-1])
 
 
 def _row_reasons(k: int) -> list:
@@ -97,7 +111,7 @@ def _quantize_triton(x, scale_max, gelu):
     q = torch.empty(x.shape, dtype=FP8, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
     launch = k.quantize(x2, q.view(-1, kk), sbuf, scale_max, gelu)
-    _quantized_plan(launch, x, x2)
+    _offer_plan(launch, (x,), (x2,), lambda x: (_rows(x),))
     return q, sbuf
 
 
@@ -269,8 +283,7 @@ def _adanorm_triton(x, scale, shift, eps, scale_max):
     lead = x.shape[:-1]
     sc_map, sh_map = chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead)
     launch = k.quantize_adanorm(x2, sc_map, sh_map, q.view(-1, kk), sbuf, eps, scale_max)
-    if sc_map[0].data_ptr() == scale.data_ptr() and sh_map[0].data_ptr() == shift.data_ptr():
-        _quantized_plan(launch, x, x2)  # the modulation read in place: the plan passes it as given
+    _offer_plan(launch, (x, scale, shift), (x2, sc_map[0], sh_map[0]), lambda x, sc, sh: (_rows(x), sc, sh))
     return q, sbuf
 
 
@@ -331,10 +344,12 @@ def _rms_fma_triton(x, y, gate, eps, scale_max):
         x2 = x2.clone()
     q = torch.empty(x.shape, dtype=FP8, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device)
-    k.quantize_rms_fma(x2, chk.rows_2d("y", y), chk.two_level_rows(gate, x.shape[:-1]), q.view(-1, kk), sbuf,
-                       eps, scale_max)
+    y2, g_map = chk.rows_2d("y", y), chk.two_level_rows(gate, x.shape[:-1])
+    launch = k.quantize_rms_fma(x2, y2, g_map, q.view(-1, kk), sbuf, eps, scale_max)
     if not in_place:
         x.copy_(x2.view(x.shape))
+    else:
+        _offer_plan(launch, (x, y, gate), (x2, y2, g_map[0]), lambda x, y, g: (_rows(x), _rows(y), g))
     return q, sbuf
 
 
@@ -358,19 +373,32 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     With ``inplace=True`` r is written into x (as upstream does); otherwise x is left alone.
     Returns ``(q, scales, r)``. gate broadcasts to x (``[B, 1, h]`` or ``[B, T, h]``).
     """
-    _check_rows("x", x)
-    chk.tensor("y", y, dtypes=chk.FLOAT_DTYPES)
-    if y.shape != x.shape:
-        raise ValueError(f"y must have x's shape {tuple(x.shape)}, got {tuple(y.shape)}")
-    _check_modulation("gate", gate, x)
-    chk.same_device(x=x, y=y, gate=gate)
-    eps = float(eps)
-    if not 0 <= eps < float("inf"):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-    scale_max = chk.positive_finite("scale_max", scale_max)
+    key = signature(("rms_fma", x, y, gate, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    if inplace:  # (a plan writes the residual into the caller's x)
+        plan = _plans.get(key)
+        if plan is not None:
+            q, s = plan(x, y, gate)
+            return q, s, x
+    if not _checked.get(key):
+        _check_rows("x", x)
+        chk.tensor("y", y, dtypes=chk.FLOAT_DTYPES)
+        if y.shape != x.shape:
+            raise ValueError(f"y must have x's shape {tuple(x.shape)}, got {tuple(y.shape)}")
+        _check_modulation("gate", gate, x)
+        chk.same_device(x=x, y=y, gate=gate)
+        if not 0 <= float(eps) < float("inf"):
+            raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+        chk.positive_finite("scale_max", scale_max)
+        _checked.put(key)
     r = x if inplace else x.clone()
-    q, buf = call(_rms_fma_op, _rms_fma_op_impl, r, y, gate, eps, scale_max, backend)
-    return q, buffer_to_scales(buf, x.numel() // x.shape[-1]), r
+    q, s = _plans.record(key if inplace else None, _rms_fma_then_view, r, y, gate, float(eps), float(scale_max),
+                         backend)
+    return q, s, r
+
+
+def _rms_fma_then_view(x, y, gate, eps, scale_max, backend):
+    q, buf = call(_rms_fma_op, _rms_fma_op_impl, x, y, gate, eps, scale_max, backend)
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
 def _NO_SCALES(x):  # custom ops cannot return None: an empty stand-in when not quantizing
@@ -391,7 +419,8 @@ def _gated_triton(x, logits, quantize, scale_max):
     l2 = chk.rows_2d("gate_logits", logits)
     out = torch.empty(x.shape, dtype=FP8 if quantize else x.dtype, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device) if quantize else None
-    k.gated_attention(x2, l2, out.view(-1, kk), sbuf, logits.shape[-1], scale_max, quantize)
+    launch = k.gated_attention(x2, l2, out.view(-1, kk), sbuf, logits.shape[-1], scale_max, quantize)
+    _offer_plan(launch, (x, logits), (x2, l2), lambda x, lg: (_rows(x), _rows(lg)), out.dtype, quantize)
     return out, sbuf if quantize else _NO_SCALES(x)
 
 
@@ -415,17 +444,28 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
 
     Returns ``(q, scales)`` (blockwise FP8) when ``quantize``, else ``(out in x.dtype, None)``.
     """
-    kk = _check_rows("x", x) if quantize else chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1).shape[-1]
-    chk.tensor("gate_logits", gate_logits, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
-    nh = gate_logits.shape[-1]
-    if gate_logits.shape[:-1] != x.shape[:-1]:
-        raise ValueError(f"gate_logits must be x's leading shape {tuple(x.shape[:-1])} + [H], "
-                         f"got {tuple(gate_logits.shape)}")
-    if nh < 1 or kk % nh:
-        raise ValueError(f"the head count H={nh} (gate_logits.shape[-1]) must divide x's last dim {kk}")
-    chk.same_device(x=x, gate_logits=gate_logits)
-    scale_max = chk.positive_finite("scale_max", scale_max)
-    out, buf = call(_gated_op, _gated_op_impl, x, gate_logits, bool(quantize), scale_max, backend)
+    key = signature(("gated", x, gate_logits, bool(quantize), scale_max, resolve_backend_name(backend),
+                     tuning.generation))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(x, gate_logits)
+    if not _checked.get(key):
+        kk = _check_rows("x", x) if quantize else chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1).shape[-1]
+        chk.tensor("gate_logits", gate_logits, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
+        nh = gate_logits.shape[-1]
+        if gate_logits.shape[:-1] != x.shape[:-1]:
+            raise ValueError(f"gate_logits must be x's leading shape {tuple(x.shape[:-1])} + [H], "
+                             f"got {tuple(gate_logits.shape)}")
+        if nh < 1 or kk % nh:
+            raise ValueError(f"the head count H={nh} (gate_logits.shape[-1]) must divide x's last dim {kk}")
+        chk.same_device(x=x, gate_logits=gate_logits)
+        chk.positive_finite("scale_max", scale_max)
+        _checked.put(key)
+    return _plans.record(key, _gated_then_view, x, gate_logits, bool(quantize), float(scale_max), backend)
+
+
+def _gated_then_view(x, gate_logits, quantize, scale_max, backend):
+    out, buf = call(_gated_op, _gated_op_impl, x, gate_logits, quantize, scale_max, backend)
     if not quantize:
         return out, None
-    return out, buffer_to_scales(buf, x.numel() // kk)
+    return out, buffer_to_scales(buf, x.numel() // x.shape[-1])

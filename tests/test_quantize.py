@@ -238,9 +238,10 @@ def test_explicit_config_launch_path(device):
 
 
 def test_repeat_calls_same_signature(device):
-    """Fresh inputs of one signature, call after call: on a GPU the second call onwards takes the
-    per-signature plan (direct launch), which must give the same results; an x whose rows need a
-    copy, or modulation broadcast through a copy, must not be planned."""
+    """Fresh inputs of one signature, call after call, for every planned producer: on a GPU the
+    second call onwards takes the per-signature plan (direct launch), which must give the same
+    results (quantize_rms_fma's residual in place or not); an x whose rows need a copy must not
+    be planned."""
     from ltx_kernels import quantize
 
     b, t, h = 2, 5, 384
@@ -259,8 +260,26 @@ def test_repeat_calls_same_signature(device):
         torch.testing.assert_close(s, sr, rtol=1e-5, atol=0)
         u = ref.rms_norm(x.float(), 1e-6) * (1 + scale.float()) + shift.float()
         assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+        for inplace in (True, False):
+            xr, y = x.clone(), torch.randn(b, t, h, device=device, dtype=BF16)
+            q, s, r = lk.quantize_rms_fma(xr, y, scale, inplace=inplace, backend="triton")
+            assert_rounded_close(r, x.float() + y.float() * scale.float())
+            assert (r.data_ptr() == xr.data_ptr()) == inplace
+            if not inplace:
+                assert torch.equal(xr, x)
+            u = ref.rms_norm(r.float(), 1e-6)
+            assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+        logits = torch.randn(b, t, 3, device=device, dtype=BF16) * 3
+        u = (x.float().view(b, t, 3, -1) * 2 * torch.sigmoid(logits.float())[..., None]).view(b, t, h)
+        q, s = lk.gated_attention(x, logits, backend="triton")
+        assert_fp8_close(q, (u.view(-1, h) / s.repeat_interleave(128, 1)).view(q.shape))
+        out, none = lk.gated_attention(x, logits, quantize=False, backend="triton")
+        assert none is None and out.dtype == BF16
+        assert_rounded_close(out, u)
     if device.type == "cuda":
         gen = quantize.tuning.generation
+        assert quantize._plans.get(quantize.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX,
+                                                       "triton", gen)))
         assert quantize._plans.get(quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "triton", gen)))
         assert not quantize._plans.get(quantize.signature(("quantize", xs, quantize.FP8_SCALE_MAX, False, "triton",
                                                            gen))), "a plan kept for rows that needed a copy"

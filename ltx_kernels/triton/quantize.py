@@ -342,41 +342,45 @@ def adanorm_candidates(kb_pad: int, shared_mod: bool) -> list[dict]:
     return out
 
 
-def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float) -> None:
+def quantize_rms_fma(x2, y2, g_map, q2, sbuf, eps: float, scale_max: float):
+    """Returns a direct launcher for (x2, y2, gate base, q2, sbuf) of the same signature (see
+    ``direct_launcher``), or None."""
     m, k = x2.shape
     if m == 0:
-        return
+        return None
     g, gi, go, gs = g_map
-    args = (x2, y2, g, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), y2.stride(0), q2.stride(0),
-            sbuf.stride(0), gi, go, gs, eps, scale_max)
     # The kernel writes x in place, so it is never autotuned on live data: heuristic or cached config only.
     kb_pad = next_pow2(k // 128)
     cfg = tuning.lookup("quantize", ("rms_fma", k, str(x2.dtype)), x2.device) or _row_cfg(kb_pad)
-    _rms_fma_kernel[(cdiv(sbuf.shape[1], cfg["BLOCK_M"]),)](
-        *args, AMAX_FLOOR=ref.AMAX_FLOOR, BLOCK_M=cfg["BLOCK_M"], BLOCK_KB=kb_pad, num_warps=cfg["num_warps"])
+    grid = (cdiv(sbuf.shape[1], cfg["BLOCK_M"]),)
+    args = (x2, y2, g, q2, sbuf, m, sbuf.shape[1], k // 128, x2.stride(0), y2.stride(0), q2.stride(0),
+            sbuf.stride(0), gi, go, gs, eps, scale_max, ref.AMAX_FLOOR, cfg["BLOCK_M"], kb_pad)
+    return direct_launcher(_rms_fma_kernel[grid](*args, num_warps=cfg["num_warps"]), grid, args, 5)
 
 
 def gated_attention(x2, l2, out2, sbuf, nh: int, scale_max: float, quantize_out: bool,
-                    cfg: dict | None = None) -> None:
+                    cfg: dict | None = None):
+    """sbuf None when not quantizing. Returns a direct launcher for (x2, l2, out2, sbuf or out2)
+    of the same signature (see ``direct_launcher``), or None."""
     m, k = x2.shape
     kb = k // 128
     if m == 0:
-        return
+        return None
     m_pad = sbuf.shape[1] if quantize_out else m
 
     def launch(c):
         grid = (cdiv(m_pad, c["BLOCK_M"]), cdiv(kb, c["BLOCK_KB"]))
-        _gated_kernel[grid](x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh,
-                            x2.stride(0), l2.stride(0), out2.stride(0), sbuf.stride(0) if sbuf is not None else 0,
-                            scale_max, HD=k // nh, QUANTIZE=quantize_out, AMAX_FLOOR=ref.AMAX_FLOOR,
-                            BLOCK_M=c["BLOCK_M"], BLOCK_KB=c["BLOCK_KB"], num_warps=c["num_warps"])
+        args = (x2, l2, out2, sbuf if sbuf is not None else out2, m, m_pad, kb, nh,
+                x2.stride(0), l2.stride(0), out2.stride(0), sbuf.stride(0) if sbuf is not None else 0,
+                scale_max, k // nh, quantize_out, ref.AMAX_FLOOR, c["BLOCK_M"], c["BLOCK_KB"])
+        return direct_launcher(_gated_kernel[grid](*args, num_warps=c["num_warps"]), grid, args, 4)
 
     if cfg is not None:  # given (warmup, tests): no lookup
         return launch(cfg)
     key = ("gated", k, nh, str(x2.dtype), quantize_out)
     cfg = tuning.choose("quantize", key, _chunk_cfg(kb), lambda: _chunk_candidates(kb),
                         lambda c: (lambda: launch(c)), device=x2.device)
-    launch(cfg)
+    return launch(cfg)
 
 
 def quantize_weights(w, q, s, scale_max: float) -> None:
