@@ -90,6 +90,18 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1, t.shape[-1])
 
 
+def _call_quantized(custom_op, impl, x, *args):
+    """call() of an op returning (q, scale buffer), as (q, scales [M, K/128] view)."""
+    q, buf = call(custom_op, impl, x, *args)
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
+
+
+def _check_eps_scale_max(eps, scale_max) -> None:
+    if not 0 <= float(eps) < float("inf"):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    chk.positive_finite("scale_max", scale_max)
+
+
 def _row_reasons(k: int) -> list:
     return [f"row length {k} > {MAX_ROW} (whole-row kernel)"] if k > MAX_ROW else []
 
@@ -154,12 +166,8 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     if not _checked.get(key):
         _check_rows("x", x)
         _checked.put(key, chk.positive_finite("scale_max", scale_max))
-    return _plans.record(key, _quantize_then_view, x, float(scale_max), bool(gelu), backend)
-
-
-def _quantize_then_view(x, scale_max, gelu, backend):
-    q, buf = call(_quantize_op, _quantize_op_impl, x, scale_max, gelu, backend)
-    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
+    return _plans.record(key, _call_quantized, _quantize_op, _quantize_op_impl, x, float(scale_max), bool(gelu),
+                         backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,16 +322,10 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
         _check_modulation("scale", scale, x)
         _check_modulation("shift", shift, x)
         chk.same_device(x=x, scale=scale, shift=shift)
-        if not 0 <= float(eps) < float("inf"):
-            raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-        chk.positive_finite("scale_max", scale_max)
+        _check_eps_scale_max(eps, scale_max)
         _checked.put(key)
-    return _plans.record(key, _adanorm_then_view, x, scale, shift, float(eps), float(scale_max), backend)
-
-
-def _adanorm_then_view(x, scale, shift, eps, scale_max, backend):
-    q, buf = call(_adanorm_op, _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
-    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
+    return _plans.record(key, _call_quantized, _adanorm_op, _adanorm_op_impl, x, scale, shift, float(eps),
+                         float(scale_max), backend)
 
 
 @rms_fma_op.register("torch", reasons=lambda x, y, g, *a: torch_reasons(x, y, g))
@@ -386,19 +388,12 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
             raise ValueError(f"y must have x's shape {tuple(x.shape)}, got {tuple(y.shape)}")
         _check_modulation("gate", gate, x)
         chk.same_device(x=x, y=y, gate=gate)
-        if not 0 <= float(eps) < float("inf"):
-            raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-        chk.positive_finite("scale_max", scale_max)
+        _check_eps_scale_max(eps, scale_max)
         _checked.put(key)
     r = x if inplace else x.clone()
-    q, s = _plans.record(key if inplace else None, _rms_fma_then_view, r, y, gate, float(eps), float(scale_max),
-                         backend)
+    q, s = _plans.record(key if inplace else None, _call_quantized, _rms_fma_op, _rms_fma_op_impl, r, y, gate,
+                         float(eps), float(scale_max), backend)
     return q, s, r
-
-
-def _rms_fma_then_view(x, y, gate, eps, scale_max, backend):
-    q, buf = call(_rms_fma_op, _rms_fma_op_impl, x, y, gate, eps, scale_max, backend)
-    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
 def _NO_SCALES(x):  # custom ops cannot return None: an empty stand-in when not quantizing
