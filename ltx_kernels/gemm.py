@@ -49,9 +49,8 @@ def _gemm_triton(a, sa, b, sb, bias, d):
 
     launch = k.fp8_gemm_nt(a, sa, b, sb, bias, d)
     if launch is not None:
-        stream, index = torch._C._cuda_getCurrentRawStream, a.device.index
-        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: launch(stream(index), a, b, d, sa, sb,
-                                                                sb if bias is None else bias), d.shape, d.device))
+        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: launch(a, b, d, sa, sb, sb if bias is None else bias),
+                           d.shape, d.device))
 
 
 def _cuda_reasons(a, sa, b, sb, bias, d):

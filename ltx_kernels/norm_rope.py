@@ -22,12 +22,9 @@ _plans = Plans()
 
 
 def _plan(launch, shape, dtype, device, has_w):
-    stream = torch._C._cuda_getCurrentRawStream
-    index = device.index
-
     def run(x, cos_freqs, sin_freqs, weights):
         out = torch.empty(shape, dtype=dtype, device=device)
-        launch(stream(index), x, cos_freqs, sin_freqs, weights if has_w else x, out)
+        launch(x, cos_freqs, sin_freqs, weights if has_w else x, out)
         return out
 
     return run

@@ -55,7 +55,7 @@ def buffer_to_scales(buf: torch.Tensor, m: int) -> torch.Tensor:
 
 def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
     """Offer a plan ``(*inputs) -> (out, scales or None)`` for
-    ``launch(stream, *view(*inputs), out rows, sbuf or out rows)``. ``inputs`` are the public
+    ``launch(*view(*inputs), out rows, sbuf or out rows)``. ``inputs`` are the public
     call's tensors (x first), ``used`` what the kernel read for them; offered only when
     ``view(*inputs)`` gives those very tensors (no copy was needed), as it then does for every
     call of the signature."""
@@ -71,16 +71,15 @@ def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
     shape, device, kk = x.shape, x.device, x.shape[-1]
     m = x.numel() // kk
     kb, m_pad = kk // 128, ref.align4(m)
-    stream, index = torch._C._cuda_getCurrentRawStream, device.index
 
     def run(*inputs):
         out = torch.empty(shape, dtype=out_dtype, device=device)
         out2 = out.view(-1, kk)
         if not scales:
-            launch(stream(index), *view(*inputs), out2, out2)
+            launch(*view(*inputs), out2, out2)
             return out, None
         sbuf = torch.empty(kb, m_pad, dtype=torch.float32, device=device)
-        launch(stream(index), *view(*inputs), out2, sbuf)
+        launch(*view(*inputs), out2, sbuf)
         return out, buffer_to_scales(sbuf, m)
 
     _plans.offer(run)

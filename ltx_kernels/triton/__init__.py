@@ -2,6 +2,8 @@
 TRITON_INTERPRET can still be set after ``import ltx_kernels``."""
 from __future__ import annotations
 
+import torch
+
 from .._dispatch import interpreter_on
 
 
@@ -28,13 +30,14 @@ def next_pow2(n: int) -> int:
 
 
 def direct_launcher(compiled, grid, args, n_dynamic: int):
-    """``launch(stream, *tensors)`` for a kernel Triton has compiled (what ``kernel[grid](*args)``
+    """``launch(*tensors)`` for a kernel Triton has compiled (what ``kernel[grid](*args)``
     returned), skipping ``JITFunction.run``'s binding and cache lookup on later calls; None when
     it does not apply (interpreter, launch hooks installed, an unknown Triton API).
 
     ``args`` are all the kernel's parameters in signature order, constexprs included, as Triton
     3.4-3.9 pass them to ``CompiledKernel.run``; the first ``n_dynamic`` (the tensors) are given
-    per launch, the rest stay fixed. The caller must only reuse it for arguments that
+    per launch, the rest stay fixed; each launch goes to the current stream of the first tensor's
+    device (the device is part of the signature). The caller must only reuse it for arguments that
     Triton would specialize identically (same dtypes, constexprs, 16-byte alignment of pointers,
     and integers equal to 1 / divisible by 16 in the same places): the per-signature plans of the
     wrappers key on exactly the shapes, strides, dtypes and pointer alignments that decide these.
@@ -54,8 +57,9 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
         return None
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     fixed = tuple(args[n_dynamic:])
+    stream, index = torch._C._cuda_getCurrentRawStream, args[0].device.index
 
-    def launch(stream, *dynamic):
-        run(g0, g1, g2, stream, function, meta, None, None, None, *dynamic, *fixed)
+    def launch(*dynamic):
+        run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
 
     return launch
