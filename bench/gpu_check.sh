@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
 #   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
-#   build,tests,sm90,warmup,main,bench,block,host,standalone,ncu,protocols
+#   build,tests,sm90,warmup,probe,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
 #   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck. host: Python cost per eager call.
 #   standalone: prebuilt standalone SM90 binaries (bench/sm90_build_standalone.sh into
 #   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
 #   ncu: Nsight Compute of standalone binaries and cuBLAS (bench/ncu_gemm.sh, $NCU_RUNS).
 #   protocols: GEMM backends next to cuBLAS, burst and sustained, with the SM clock
-#   (bench/gemm_protocols.py).
+#   (bench/gemm_protocols.py). probe: bench/probe_sm90.py with $PROBE_ARGS (after warmup, so the
+#   Triton column uses the configs it tuned).
 # The build runs in the background while the phases that need no extension (standalone, ncu) use
 # the GPU. Writes logs and JSON under OUTDIR; prints a short table last.
 set -uo pipefail
@@ -77,6 +78,11 @@ if has warmup; then
   stamp warmup
   python3 -m ltx_kernels.warmup ${WARMUP_ARGS:---quick} > "$OUTDIR/warmup.log" 2>&1; echo "warmup rc=$?"
   sed -n '/chosen configs/,$p' "$OUTDIR/warmup.log" | cut -c1-150
+fi
+if has probe; then
+  built
+  stamp probe
+  timeout ${PROBE_TIMEOUT:-300} python3 bench/probe_sm90.py --json "$OUTDIR/probe.json" ${PROBE_ARGS:-} 2>&1 | tee "$OUTDIR/probe.log"
 fi
 if has main; then
   built

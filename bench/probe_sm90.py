@@ -3,10 +3,15 @@
 Checks each result against the fp32 reference on sampled rows, then times it (CUDA events,
 median). Prints one line per (shape, config) and writes JSON.
 
-    python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...]
+    python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...] [--triton] [--rounds R] [--graph]
+
+--triton adds the public Triton backend (its cached / shipped / heuristic config) and the name of
+the kernel cuBLAS runs; --rounds R times every column R times in alternating order and reports
+each column's median over the rounds (the GPU's clock drifts within a run).
 """
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -27,11 +32,23 @@ def cublas_blockwise(qa, sa, qb, sb):
     return lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)
 
 
+def kernel_name(fn) -> str:
+    """The name of the (longest-running) CUDA kernel fn launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return max(events, key=lambda e: e.device_time_total).name[:120] if events else "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--shapes")
     ap.add_argument("--rep", type=int, default=100, help="do_bench repetition time in ms")
+    ap.add_argument("--triton", action="store_true", help="also time the Triton backend; name cuBLAS's kernel")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host cost: small shapes)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     mod = _ext.load("_C_gemm_sm90")[0]
@@ -45,33 +62,55 @@ def main():
         want = ref.fp8_gemm_nt(qa[pick], sa[pick].contiguous(), qb, sb, bias).float()
         flops = 2.0 * m * n * k
         row = {"shape": f"{m}x{n}x{k}", "chosen": "x".join(map(str, lk.gemm.sm90_tile_config(m, n, sms)))}
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        runners = {}
         try:
-            ms = triton.testing.do_bench(cublas_blockwise(qa, sa, qb, sb), rep=args.rep, return_mode="median")
-            row["cublas_blockwise"] = flops / ms / 1e9
+            f = cublas_blockwise(qa, sa, qb, sb)
+            f()
+            runners["cublas_blockwise"] = f
+            if args.triton:
+                row["cublas_kernel"] = kernel_name(f)
         except Exception as e:
             row["cublas_blockwise_error"] = f"{type(e).__name__}: {str(e)[:120]}"
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        for cfg in lk.gemm.SM90_TILES:
-            tag = "x".join(map(str, cfg))
+        columns = [("x".join(map(str, cfg)), cfg) for cfg in lk.gemm.SM90_TILES]
+        if args.triton:
+            columns.append(("triton", None))
+        for tag, cfg in columns:
+            if cfg is None:
+                fn = lambda: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend="triton")  # noqa: E731
+            else:
+                fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg)  # noqa: E731
             try:
                 d.fill_(float("nan"))
-                mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg)
+                fn()
                 torch.cuda.synchronize()
                 err = float((d[pick].float() - want).norm() / want.norm())
                 unwritten = int(torch.isnan(d).sum())
-                ms = triton.testing.do_bench(lambda: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg), rep=args.rep,
-                                             return_mode="median")
-                row[tag] = flops / ms / 1e9
                 row[tag + "_err"] = err
                 if unwritten or err > 3e-3:
                     row[tag + "_bad"] = f"unwritten {unwritten}, err {err:.2e}"
+                runners[tag] = fn
             except Exception as e:
                 row[tag + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        times = {tag: [] for tag in runners}
+        for r in range(args.rounds):
+            order = list(runners) if r % 2 == 0 else list(reversed(runners))
+            for tag in order:
+                if args.graph:
+                    ms = triton.testing.do_bench_cudagraph(runners[tag], rep=args.rep, return_mode="median")
+                else:
+                    ms = triton.testing.do_bench(runners[tag], rep=args.rep, return_mode="median")
+                times[tag].append(ms)
+        for tag, ts in times.items():
+            row[tag] = flops / statistics.median(ts) / 1e9
         rows.append(row)
         cells = "  ".join(f"{'x'.join(map(str, c))}={row.get('x'.join(map(str, c)), float('nan')):5.0f}"
                           + ("!" if row.get('x'.join(map(str, c)) + "_bad") else "") for c in lk.gemm.SM90_TILES)
+        if args.triton:
+            cells += f"  triton={row.get('triton', float('nan')):5.0f}"
         print(f"{row['shape']:>18s} cublas={row.get('cublas_blockwise', float('nan')):5.0f}  {cells}  "
-              f"chosen {row['chosen']}", flush=True)
+              f"chosen {row['chosen']}" + (f"  cublas kernel {row.get('cublas_kernel')}" if args.triton else ""),
+              flush=True)
         for key in [k for k in row if k.endswith("_error") or k.endswith("_bad")]:
             print(f"    {key}: {row[key]}", flush=True)
         del qa, qb, d
