@@ -5,8 +5,8 @@ median). Prints one line per (shape, config) and writes JSON.
 
     python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...] [--triton] [--rounds R] [--graph]
 
---triton adds the public Triton backend (its cached / shipped / heuristic config) and the name of
-the kernel cuBLAS runs; --rounds R times every column R times in alternating order and reports
+--triton adds the public backends through fp8_gemm_nt: "triton" (its cached / shipped / heuristic
+config) and "cuda" (the host's tile and split-K choice), and the name of the kernel cuBLAS runs; --rounds R times every column R times in alternating order and reports
 each column's median over the rounds (the GPU's clock drifts within a run).
 """
 import argparse
@@ -74,10 +74,10 @@ def main():
             row["cublas_blockwise_error"] = f"{type(e).__name__}: {str(e)[:120]}"
         columns = [("x".join(map(str, cfg)), cfg) for cfg in lk.gemm.SM90_TILES]
         if args.triton:
-            columns.append(("triton", None))
+            columns += [("cuda", "cuda"), ("triton", "triton")]
         for tag, cfg in columns:
-            if cfg is None:
-                fn = lambda: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend="triton")  # noqa: E731
+            if isinstance(cfg, str):
+                fn = lambda b=cfg: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=b)  # noqa: E731
             else:
                 fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg)  # noqa: E731
             try:
@@ -107,7 +107,9 @@ def main():
         cells = "  ".join(f"{'x'.join(map(str, c))}={row.get('x'.join(map(str, c)), float('nan')):5.0f}"
                           + ("!" if row.get('x'.join(map(str, c)) + "_bad") else "") for c in lk.gemm.SM90_TILES)
         if args.triton:
-            cells += f"  triton={row.get('triton', float('nan')):5.0f}"
+            splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms), sms)
+            cells += (f"  cuda(splits {splits})={row.get('cuda', float('nan')):5.0f}"
+                      f"  triton={row.get('triton', float('nan')):5.0f}")
         print(f"{row['shape']:>18s} cublas={row.get('cublas_blockwise', float('nan')):5.0f}  {cells}  "
               f"chosen {row['chosen']}" + (f"  cublas kernel {row.get('cublas_kernel')}" if args.triton else ""),
               flush=True)

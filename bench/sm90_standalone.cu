@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   p.M = M;
   p.N = N;
   p.K = K;
+  p.splits = 1;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   auto run = [&] {

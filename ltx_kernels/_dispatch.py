@@ -3,8 +3,9 @@
 Every public op owns an :class:`Op`. Each backend registered on it answers
 ``reasons(*args)``: the list of reasons it cannot take these inputs (empty
 means it can). ``backend="auto"`` takes the first backend, in priority order,
-with no reasons; naming a backend that has reasons raises
-:class:`BackendUnavailable` listing them.
+with no reasons; an op may reorder that priority per input (``Op.preference``,
+e.g. a measured faster backend for a shape). Naming a backend that has reasons
+raises :class:`BackendUnavailable` listing them.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ class Op:
         self.backends: dict[str, Backend] = {}
         # "auto" tries these in order: compiled extension, Triton, torch.
         self.priority = ("cuda", "triton", "torch")
+        # preference(*args) -> None, or (order, why): another order for these inputs
+        self.preference: Callable[..., tuple | None] | None = None
         self._memo = Memo()
 
     def register(self, name: str, reasons: Callable[..., list] | None = None):
@@ -64,7 +67,11 @@ class Op:
         backend = resolve_backend_name(backend)
         if backend == "auto":
             skipped = {}
-            for name in self.priority:
+            pref = self.preference(*args, **kwargs) if self.preference else None
+            order, why = pref if pref else (self.priority, None)
+            if why:
+                log.debug("%s: order %s: %s", self.name, ", ".join(order), why)
+            for name in order:
                 b = self.backends.get(name)
                 if b is None:
                     continue
@@ -92,8 +99,10 @@ class Op:
         # The choice depends only on the arguments' signature (shapes, strides, dtypes, devices,
         # flags) and the environment, so it is memoised per signature: select() walks every
         # backend's reasons and costs tens of microseconds.
+        from . import tuning  # (imports this module) a preference may read tuned results
+
         sig = signature(args)
-        key = None if sig is None else (resolve_backend_name(backend), sig)
+        key = None if sig is None else (resolve_backend_name(backend), sig, tuning.generation)
         b = self._memo.get(key) or self._memo.put(key, self.select(backend, *args))
         return b.fn(*args)
 

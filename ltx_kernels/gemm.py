@@ -73,18 +73,21 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 # (bench/results/2026-12-03-h200-session5/standalone_call6.log for the cluster and 128x192 rows,
 # -session6/standalone.log for 256x128, 192x128 and 128x128). 256x128 (two consumers of two
 # 64-row waves) and 192x128 (three consumers of one wave) measured within 1.5 % of each other per
-# clock at M = 16384, neither consistently faster, so their tile waste decides; the 2-CTA cluster
+# clock at M = 16384; next to each other through the binding (bench/probe_sm90.py, session 7 call 1
+# and session 8 call 1, six pairs at the three M = 16384 shapes) 256x128 led in four, by 2 % on
+# average, so 192x128 is taken only where it wastes clearly less of the last wave; the 2-CTA cluster
 # (A multicast) is 7 % behind, 128x128 12 % (60 % tensor-pipe activity in Nsight Compute against
 # 67-68 % for 256x128), 128x192 25 %.
 SM90_TILES = {
     (256, 128, 1): 1.00,
-    (192, 128, 1): 1.00,
+    (192, 128, 1): 0.98,
     (256, 128, 2): 0.93,
     (128, 128, 1): 0.88,
     (128, 128, 2): 0.83,
     (128, 192, 1): 0.75,
 }
-_tile_override = os.environ.get("LTX_KERNELS_SM90_TILE")  # "256,128,2": force one config (benchmarks)
+# "256,128,2" or "128,128,1,4" (with K splits): force one config (benchmarks)
+_tile_override = os.environ.get("LTX_KERNELS_SM90_TILE")
 
 
 def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
@@ -92,7 +95,7 @@ def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
     area over its measured rate (so padding and a ragged last wave count against big tiles)."""
     if _tile_override:
-        return tuple(int(v) for v in _tile_override.split(","))
+        return tuple(int(v) for v in _tile_override.split(",")[:3])
 
     def cost(cfg):
         bm, bn, cl = cfg
@@ -102,6 +105,23 @@ def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
         return waves * bm * bn / SM90_TILES[cfg]
 
     return min(SM90_TILES, key=cost)
+
+
+def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
+    """How many K slices each output tile is cut into: 1, unless the tiles alone would leave half
+    the SMs or more idle (small M); then the largest power of two that still fits every slice in
+    one wave, each slice keeping >= 4 of the K blocks. Each CTA then streams fewer K blocks into an
+    fp32 partial, and a second kernel sums the slices in order, adds the bias and rounds to bf16
+    (extra traffic: the partials, 4 * splits * M * N bytes written and read, small at small M)."""
+    if _tile_override and len(_tile_override.split(",")) > 3:
+        return int(_tile_override.split(",")[3])
+    bm, bn, cl = cfg
+    units = -(-m // bm) * -(-(-(-n // bn)) // cl)
+    kb = k // 128
+    s = 1
+    while units * s * 2 <= num_sms // cl and kb % (2 * s) == 0 and kb // (2 * s) >= 4:
+        s *= 2
+    return s
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,12 +141,37 @@ def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
 @gemm_op.register("cuda", reasons=_cuda_reasons)
 def _gemm_cuda(a, sa, b, sb, bias, d):
     mod, _ = _ext.load("_C_gemm_sm90")
-    bm, bn, cl = sm90_tile_config(a.shape[0], b.shape[0], _num_sms(a.device.index or 0))
+    m, k = a.shape
+    sms = _num_sms(a.device.index or 0)
+    cfg = sm90_tile_config(m, b.shape[0], sms)
+    splits = sm90_split_k(m, b.shape[0], k, cfg, sms)
     sa_tma = _tma_scales(sa)
-    mod.fp8_gemm_nt(a, sa_tma, b, sb, bias, d, bm, bn, cl)
+    mod.fp8_gemm_nt(a, sa_tma, b, sb, bias, d, *cfg, splits)
     if sa_tma is sa:  # (a copy would be needed again on every call)
-        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl),
+        _plans.offer(_plan(lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, *cfg, splits),
                            d.shape, d.device))
+
+
+# The warmup times both compiled backends through this function at each of its shapes (CUDA-graph
+# replays, each backend with its own tuned config) and records the faster as "fp8_gemm_nt_backend"
+# under (N, K, M bucket); "auto" then tries that one first. (Without a record: the priority order,
+# the CUDA extension first.)
+BACKEND_CHOICE = "fp8_gemm_nt_backend"
+
+
+def _measured_preference(a, sa, b, sb, bias, d):
+    if a.device.type != "cuda":
+        return None
+    m, k = a.shape
+    hit = tuning.lookup(BACKEND_CHOICE, (b.shape[0], k, tuning.m_bucket(m)), a.device)
+    if not hit or hit.get("backend") not in ("cuda", "triton"):
+        return None
+    first = hit["backend"]
+    order = (first, "triton" if first == "cuda" else "cuda", "torch")
+    return order, f"{first} measured faster at N={b.shape[0]}, K={k}, M bucket {tuning.m_bucket(m)} (tuning cache)"
+
+
+gemm_op.preference = _measured_preference
 
 
 def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,

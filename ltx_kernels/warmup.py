@@ -34,10 +34,11 @@ def gemm_shapes(quick: bool):
 
 def _gemm_jobs(shapes, dev):
     from ltx_kernels import reference as ref
+    from ltx_kernels import tuning
     from ltx_kernels.triton import fp8_gemm as kg
 
     for m, n, k in shapes:
-        key = (n, k, kg.m_bucket(m))
+        key = (n, k, tuning.m_bucket(m))
 
         def make(m=m, n=n, k=k):
             a, sa = ref.quantize_blockwise(torch.randn(m, k, device=dev))
@@ -49,6 +50,28 @@ def _gemm_jobs(shapes, dev):
                     2.0 * m * n * k)
 
         yield "fp8_gemm_nt", key, f"{m}x{n}x{k}", make
+
+
+def _backend_jobs(shapes, dev):
+    """Where the SM90 extension is built: the faster of the two compiled GEMM backends per shape,
+    each with its own config (run these after the Triton GEMM jobs), timed as CUDA-graph replays:
+    at small M a GEMM takes less time than an eager call's host work."""
+    import ltx_kernels as lk
+    from ltx_kernels import _ext, gemm, tuning
+
+    if _ext.load("_C_gemm_sm90")[0] is None or torch.cuda.get_device_capability(dev) != (9, 0):
+        return
+    for m, n, k in shapes:
+        def make(m=m, n=n, k=k):
+            a, sa = lk.quantize_blockwise(torch.randn(m, k, device=dev))
+            b, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device=dev))
+            bias = torch.randn(n, device=dev)
+            d = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            return ([{"backend": "cuda"}, {"backend": "triton"}],
+                    lambda c: (lambda: lk.fp8_gemm_nt(a, sa, b, sb, bias, out=d, backend=c["backend"])),
+                    2.0 * m * n * k, True)
+
+        yield gemm.BACKEND_CHOICE, (n, k, tuning.m_bucket(m)), f"backend {m}x{n}x{k}", make
 
 
 def _memory_jobs(dev):
@@ -149,7 +172,7 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes
               else gemm_shapes(args.quick))
-    jobs = list(_gemm_jobs(shapes, dev))
+    jobs = list(_gemm_jobs(shapes, dev)) + list(_backend_jobs(shapes, dev))
     if not args.gemm_only and not args.shapes:
         jobs += list(_memory_jobs(dev))
     if args.only:
@@ -168,8 +191,8 @@ def main(argv=None) -> int:
             print(f"  {kernel:14s} {label:28s} {'cached/shipped' if hit else 'MISSING'}")
             continue
         t0 = time.time()
-        cands, run, flops = make()
-        cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose)
+        cands, run, flops, *graph = make()  # (, True): time CUDA-graph replays
+        cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose, graph=bool(graph and graph[0]))
         rate = f"{flops / ms / 1e9:7.1f} TFLOP/s" if flops else ""
         rows.append((kernel, label, cfg, ms, rate))
         print(f"[{i + 1}/{len(jobs)}] {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  ({time.time() - t0:.0f}s)",

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import ltx_kernels as lk
+from ltx_kernels import gemm
 from ltx_kernels import reference as ref
 from ltx_kernels.triton import prepare
 
@@ -155,3 +156,20 @@ def test_planned_gemm_on_side_stream_and_in_graph():
         g.replay()
         torch.cuda.synchronize()
         assert rel_err(d, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (64, 2048, 2048), (256, 4096, 4096), (512, 4096, 4096),
+                                   (16384, 4096, 4096), (200, 2176, 7168), (128, 4096, 512), (64, 128, 640)])
+def test_sm90_split_k_choice(m, n, k):
+    """Host-side choice (no GPU needed): K slices only where the tiles leave half the SMs idle, a
+    power of two dividing K / 128, every slice >= 4 K blocks, and all slices in one wave."""
+    sms = 132
+    cfg = gemm.sm90_tile_config(m, n, sms)
+    s = gemm.sm90_split_k(m, n, k, cfg, sms)
+    units = -(-m // cfg[0]) * -(-(-(-n // cfg[1])) // cfg[2])
+    kb = k // 128
+    assert s >= 1 and s & (s - 1) == 0 and kb % s == 0
+    if s > 1:
+        assert kb // s >= 4 and units * s <= sms // cfg[2] and units * 2 <= sms
+    else:
+        assert units * 2 > sms // cfg[2] or kb % 2 or kb < 8

@@ -91,6 +91,53 @@ def test_tile_configs(cfg, m, n, k):
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
+@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (128, 192, 1), (128, 128, 2)],
+                         ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True)])
+def test_split_k(cfg, splits, m, n, k, with_bias):
+    """K cut into slices (fp32 partials, then the reduction kernel adds the bias and rounds), into a
+    column slice of a wider output: only its columns are written, all of them."""
+    mod = _ext.load("_C_gemm_sm90")[0]
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
+    sb = sb * torch.rand_like(sb).add(0.5)
+    bias = torch.randn(n, device="cuda") if with_bias else None
+    big = torch.full((m, n + 256), 7.0, device="cuda", dtype=torch.bfloat16)
+    out = big[:, 128:128 + n]
+    out.fill_(float("nan"))
+    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, *cfg, splits)
+    assert torch.isfinite(out.float()).all(), "output not fully written"
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
+    assert (big[:, :128] == 7).all() and (big[:, 128 + n:] == 7).all()
+
+
+def test_split_k_bad_count_is_refused():
+    mod = _ext.load("_C_gemm_sm90")[0]
+    qa, sa, qb, sb = gemm_operands(64, 128, 384, "cuda")
+    out = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="splits must divide"):
+        mod.fp8_gemm_nt(qa, sa, qb, sb, None, out, 128, 128, 1, 2)  # 3 K blocks
+
+
+def test_small_m_splits_in_a_cuda_graph():
+    """The public path at small M takes split-K (a workspace from the caching allocator and two
+    kernels): also under CUDA-graph capture."""
+    m, n, k = 64, 1024, 4096
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms), sms) > 1
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+    bias = torch.randn(n, device="cuda")
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend="cuda")
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
+
+
 def test_output_view_with_row_stride():
     """out a column slice of a wider tensor (row stride != N): only its columns are written."""
     qa, sa, qb, sb = gemm_operands(300, 256, 512, "cuda")

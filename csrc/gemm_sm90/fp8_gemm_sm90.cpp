@@ -11,7 +11,7 @@ namespace {
 
 void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::Tensor& b, const torch::Tensor& sb,
                  const c10::optional<torch::Tensor>& bias, torch::Tensor& d, int64_t block_m, int64_t block_n,
-                 int64_t cluster) {
+                 int64_t cluster, int64_t splits) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda() && d.is_cuda(), "fp8_gemm_nt: CUDA tensors expected");
   TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn, "a, b must be e4m3");
   TORCH_CHECK(sa.scalar_type() == at::kFloat && sb.scalar_type() == at::kFloat, "scales must be fp32");
@@ -22,6 +22,7 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   TORCH_CHECK(K % 128 == 0 && N % 128 == 0 && b.size(1) == K, "N and K must be multiples of 128");
   TORCH_CHECK(M < (int64_t(1) << 31) && N < (int64_t(1) << 31) && K < (int64_t(1) << 31), "dims must fit int32");
+  TORCH_CHECK(splits >= 1 && (K / 128) % splits == 0, "splits must divide K / 128");
   if (M == 0 || N == 0) return;
   ltx_gemm_sm90::Params p{};
   TORCH_CHECK((M == 1 || sa.stride(0) == 1) && sa.stride(1) % 4 == 0 &&
@@ -38,7 +39,14 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
+  p.splits = static_cast<int>(splits);
   c10::cuda::CUDAGuard guard(a.device());
+  // split-K's fp32 partials (from the caching allocator: stream-ordered, fine under graph capture)
+  torch::Tensor ws;
+  if (splits > 1) {
+    ws = torch::empty({splits, M, N}, a.options().dtype(at::kFloat));
+    p.ws = ws.data_ptr<float>();
+  }
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const ltx_gemm_sm90::TileConfig cfg{static_cast<int>(block_m), static_cast<int>(block_n), static_cast<int>(cluster)};
   const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), cfg, sms,
@@ -53,7 +61,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "SM90 wgmma/TMA blockwise FP8 GEMM (see csrc/gemm_sm90)";
   m.def("fp8_gemm_nt", &fp8_gemm_nt, "D = blockwise-scaled A @ B^T + bias (bf16 out)", py::arg("a"), py::arg("sa"),
         py::arg("b"), py::arg("sb"), py::arg("bias"), py::arg("d"), py::arg("block_m"), py::arg("block_n"),
-        py::arg("cluster"));
+        py::arg("cluster"), py::arg("splits") = 1);
   m.def("smem_bytes", [](int bm, int bn, int c) { return ltx_gemm_sm90::smem_bytes({bm, bn, c}); },
         "shared memory per CTA of a tile config", py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
   m.def("stages", [](int bm, int bn, int c) { return ltx_gemm_sm90::stages({bm, bn, c}); },

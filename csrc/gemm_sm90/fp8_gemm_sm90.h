@@ -17,6 +17,11 @@ struct Params {
   __nv_bfloat16* d;   // [M, N], row stride ldd (elements)
   int64_t ldd;
   int M, N, K;
+  // Split-K (splits > 1, dividing K / 128): work unit u is K slice u % splits of tile u / splits;
+  // each slice's fp32 partial goes to ws[slice][M][N] (row stride N, no bias), and a second kernel
+  // sums the slices in order, adds the bias and rounds once to bf16 into d.
+  int splits;
+  float* ws;
 };
 
 // Output tile and cluster of one kernel instantiation: (block_m, block_n, cluster) is one of

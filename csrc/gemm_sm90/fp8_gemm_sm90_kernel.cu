@@ -23,6 +23,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace ltx_gemm_sm90 {
@@ -325,8 +326,8 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
   const int cluster_id = blockIdx.x / CLUSTER, num_clusters = gridDim.x / CLUSTER;
   const int num_m = (p.M + BM - 1) / BM, num_n = (p.N + BN - 1) / BN;
-  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, num_units = num_m * num_groups;
-  const int kblocks = p.K / BK, nblocks128 = p.N / 128;
+  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, num_units = num_m * num_groups * p.splits;
+  const int kblocks = p.K / BK / p.splits, nblocks128 = p.N / 128;  // K blocks per work unit
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -353,7 +354,8 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       [[maybe_unused]] int g_load = 0;  // k blocks loaded so far (timing traces)
       for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
         int m_blk, n_grp;
-        unit_coords(unit, num_m, num_groups, m_blk, n_grp);
+        unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
+        const int kb0 = unit % p.splits * kblocks;  // the unit's first K block
         // A box entirely past the tensor is never used (its outputs are not stored): load an
         // in-bounds one instead of relying on a fully out-of-bounds TMA.
         int a_row = m_blk * BM + rank * kRowsA;
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
         const float* sb0 = p.sb + nb0 * p.sb_sn;
         const float* sb1 = p.sb + nb1 * p.sb_sn;
-        for (int kb = 0; kb < kblocks; ++kb, ++g_load) {
+        for (int kb = kb0; kb < kb0 + kblocks; ++kb, ++g_load) {
           mbar_wait(&s.empty[stage], phase ^ 1);
           trace_producer(g_load);
           // rows past M / N arrive zero-filled and are still counted
@@ -442,11 +444,12 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // epilogue when it ends, so the load's latency is never waited for).
     constexpr int kBiasRegs = (BN + 127) / 128;
     int unit = cluster_id, row0 = 0, n0 = 0, j_split = NJ;
+    float* partial = nullptr;  // split-K: this unit's slice of the workspace
     bool has_nb1 = false;
     float bias_r[kBiasRegs];
     auto begin_tile = [&] {
       int m_blk, n_grp;
-      unit_coords(unit, num_m, num_groups, m_blk, n_grp);
+      unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
       row0 = m_blk * BM + c * kRowsC;  // first row of this consumer's part of the tile
       n0 = (n_grp * CLUSTER + rank) * BN;
       // A tile spans one 128-column scale block (BN = 128) or two (BN = 192): chunks j < j_split use
@@ -456,8 +459,9 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i) {
         const int col = n0 + t + 128 * i;
-        bias_r[i] = p.bias && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
+        bias_r[i] = p.bias && p.splits == 1 && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
       }
+      if (p.splits > 1) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;
     };
 
     float total[kWaves][BN / 2];
@@ -490,6 +494,25 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // rewritten only after the TMA has read it. TMA clips rows past M and columns past N. Then
     // the next tile begins with a zero total.
     auto epilogue = [&] {
+      if (p.splits > 1) {  // fp32 partial straight from the registers (pairs of adjacent columns)
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + w * 64 + row_in_wave + 8 * h;
+            if (r < p.M) {
+              float* dst = partial + static_cast<int64_t>(r) * p.N + n0 + 2 * (lane % 4);
+#pragma unroll
+              for (int j = 0; j < NJ; ++j)
+                if (n0 + 8 * j < p.N)
+                  *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i)
         if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
@@ -624,6 +647,31 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
+// Split-K's second pass: d = bf16(sum over slices of ws + bias), four adjacent columns a thread
+// (N is a multiple of 128), slices summed in order (deterministic).
+__global__ void __launch_bounds__(256) splitk_reduce_kernel(const float* __restrict__ ws, const float* __restrict__ bias,
+                                                            __nv_bfloat16* __restrict__ d, int64_t ldd, int M, int N,
+                                                            int splits) {
+  const int64_t quads = static_cast<int64_t>(M) * N / 4, slice = static_cast<int64_t>(M) * N;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = q * 4;
+    const int m = static_cast<int>(e / N), n = static_cast<int>(e % N);
+    float4 acc = bias ? *reinterpret_cast<const float4*>(bias + n) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 sum = *reinterpret_cast<const float4*>(ws + e);
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(ws + s * slice + e);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(d + static_cast<int64_t>(m) * ldd + n);
+    out[0] = __floats2bfloat162_rn(sum.x + acc.x, sum.y + acc.y);
+    out[1] = __floats2bfloat162_rn(sum.z + acc.z, sum.w + acc.w);
+  }
+}
+
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -721,7 +769,9 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
                                CU_TENSOR_MAP_SWIZZLE_NONE))
     return e;
   const int num_n = (p.N + BN - 1) / BN;
-  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER);
+  if (p.splits < 1 || (p.K / BK) % p.splits != 0 || (p.splits > 1 && p.ws == nullptr))
+    return "splits must divide K / 128 (and split-K needs a workspace)";
+  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
   const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
@@ -732,6 +782,11 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
     if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, md, msa, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
+  }
+  if (p.splits > 1) {
+    const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
+    const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(num_sms) * 8));
+    splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p.ws, p.bias, p.d, p.ldd, p.M, p.N, p.splits);
   }
   return nullptr;
 }

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .. import tuning
-from . import cdiv, direct_launcher, next_pow2
+from . import cdiv, direct_launcher
 
 from .._dispatch import interpreter_on
 
@@ -185,11 +185,6 @@ def _fp8_gemm_nt_persistent_kernel(
 # ---------------------------------------------------------------------------------------------
 # Host side: DeepGEMM-style readable config choice, then the per-GPU cache.
 
-def m_bucket(m: int) -> int:
-    """Cache key for M: the next power of two, 64 .. 32768."""
-    return min(max(64, next_pow2(m)), 32768)
-
-
 def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
     if m <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
@@ -274,7 +269,7 @@ def _tma_ok_for(a, b, d) -> bool:
 
 def config_for(m: int, n: int, k: int, a, b, d, sa, sb, bias) -> dict:
     tma_ok = _tma_ok_for(a, b, d)
-    cfg = tuning.choose("fp8_gemm_nt", (n, k, m_bucket(m)), heuristic(m, n, k, tma_ok),
+    cfg = tuning.choose("fp8_gemm_nt", (n, k, tuning.m_bucket(m)), heuristic(m, n, k, tma_ok),
                         lambda: candidates(m, tma_ok),
                         lambda c: (lambda: _launch(a, sa, b, sb, bias, d, c)), device=a.device)
     if cfg.get("USE_TMA") and not tma_ok:
