@@ -21,12 +21,23 @@ def gpu_ms(fn, rep_ms: int = 200) -> float:
     return float(triton.testing.do_bench(fn, warmup=50, rep=rep_ms, return_mode="median"))
 
 
+def _graph_ms(fn) -> float:
+    """fn captured once in a CUDA graph, its replays timed: the kernels without host cost."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return gpu_ms(g.replay)
+
+
 class Recorder:
     def __init__(self, benchmark):
         self.benchmark = benchmark
         self.info = benchmark.extra_info
 
-    def measure(self, fn, *, nbytes: float = 0.0, flops: float = 0.0, anchors: dict | None = None, **meta):
+    def measure(self, fn, *, nbytes: float = 0.0, flops: float = 0.0, anchors: dict | None = None,
+                graph_anchors: bool = False, **meta):
+        """graph_anchors: time the anchors as CUDA-graph replays too (anchor_<name>_graph_*), for
+        shapes small enough that an eager call's host work could hide the kernel."""
         self.info.update(meta)
         self.info["device"] = torch.cuda.get_device_name()
         ms = gpu_ms(fn)
@@ -47,13 +58,21 @@ class Recorder:
             if flops:
                 self.info[f"anchor_{name}_tflops"] = flops / ams / 1e9
             self.info[f"speedup_vs_{name}"] = ams / ms
+            if graph_anchors:
+                try:
+                    gms = _graph_ms(afn)
+                except Exception as e:
+                    self.info[f"anchor_{name}_graph_error"] = f"{type(e).__name__}: {e}"[:200]
+                    continue
+                self.info[f"anchor_{name}_graph_ms"] = gms
+                if nbytes:
+                    self.info[f"anchor_{name}_graph_gbps"] = nbytes / gms / 1e6
+                if flops:
+                    self.info[f"anchor_{name}_graph_tflops"] = flops / gms / 1e9
 
         # The same call replayed from a CUDA graph: the kernels alone, without Python launch cost.
         try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            gms = gpu_ms(g.replay)
+            gms = _graph_ms(fn)
             self.info["graph_ms"] = gms
             if nbytes:
                 self.info["graph_gbps"] = nbytes / gms / 1e6

@@ -9,9 +9,12 @@ def main(path):
     for b in data["benchmarks"]:
         e = b["extra_info"]
         unit = "tflops" if "tflops" in e else "gbps"
-        anchors = sorted({k[len("anchor_"):-len("_" + unit)] for k in e if k.startswith("anchor_") and k.endswith(unit)})
+        anchors = sorted({k[len("anchor_"):-len("_" + unit)] for k in e
+                          if k.startswith("anchor_") and k.endswith(unit) and not k.endswith("_graph_" + unit)})
         ours = e.get(unit)
-        parts = [f"{a} {e[f'anchor_{a}_{unit}']:.0f}" for a in anchors]
+        parts = [f"{a} {e[f'anchor_{a}_{unit}']:.0f}"
+                 + (f" (graph {e[f'anchor_{a}_graph_{unit}']:.0f})" if f"anchor_{a}_graph_{unit}" in e else "")
+                 for a in anchors]
         label = e.get("op", b["name"]) + (f"[{e['backend']}]" if "backend" in e else "")
         extra = e.get("out", "")
         graph = e.get("graph_" + unit)

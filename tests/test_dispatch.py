@@ -101,3 +101,22 @@ def test_backend_memo_keys_on_alignment():
     assert signature((aligned,)) != signature((shifted,))
     assert op("auto", aligned) == "triton"
     assert op("auto", shifted) == "torch"
+
+
+def test_preference_reorders_auto_only(caplog):
+    """Op.preference may put another backend first for some inputs (the GEMM's measured choice);
+    auto follows it, an explicit backend does not, and the log says why."""
+    op = _dispatch.Op("toy")
+    op.register("torch")(lambda x: "torch")
+    op.register("triton")(lambda x: "triton")
+    assert op("auto", torch.zeros(1)) == "triton"  # the priority order
+    op.backends["triton"].reasons = lambda x: ["not today"]
+    assert op("auto", torch.zeros(2)) == "torch"
+    op.backends["triton"].reasons = lambda x: []
+    op.preference = lambda x: (("torch", "triton"), "measured") if x.numel() == 3 else (("triton", "torch"), None)
+    _dispatch.log.setLevel(logging.DEBUG)
+    with caplog.at_level(logging.DEBUG, logger="ltx_kernels"):
+        assert op("auto", torch.zeros(3)) == "torch"
+    assert "order torch, triton: measured" in caplog.text
+    assert op("auto", torch.zeros(4)) == "triton"
+    assert op("torch", torch.zeros(4)) == "torch"

@@ -156,3 +156,26 @@ def test_misaligned_output_falls_back_with_reason():
     assert any("16-byte" in r for r in why), why
     lk.fp8_gemm_nt(qa, sa, qb, sb, out=out)  # auto takes Triton
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+
+
+def test_auto_follows_the_measured_backend_choice(tmp_path, monkeypatch):
+    """A warmup record 'triton is faster at this (N, K, M bucket)' moves auto to Triton there (the
+    cached choice is re-read once a new record is stored); an explicit backend='cuda' still runs."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    m, n, k = 40, 384, 640  # a shape no shipped record covers
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+    key = (n, k, tuning.m_bucket(m))
+    table = tuning._table(tuning.device_name(qa.device))
+    entry = tuning.entry_key(lk.gemm.BACKEND_CHOICE, key)
+    try:
+        assert lk.gemm.gemm_op.select("auto", qa, sa, qb, sb, None, qa.new_empty(0)).name == "cuda"
+        tuning.store(lk.gemm.BACKEND_CHOICE, key, {"backend": "triton"}, 0.01, qa.device)
+        assert lk.gemm.gemm_op.select("auto", qa, sa, qb, sb, None, qa.new_empty(0)).name == "triton"
+        want = gemm_reference(qa, sa, qb, sb, None)
+        assert rel_err(lk.fp8_gemm_nt(qa, sa, qb, sb), want) <= 3e-3
+        assert rel_err(lk.fp8_gemm_nt(qa, sa, qb, sb, backend="cuda"), want) <= 3e-3
+    finally:
+        table.pop(entry, None)
+        tuning.generation += 1
