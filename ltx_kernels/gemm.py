@@ -152,8 +152,8 @@ def _gemm_cuda(a, sa, b, sb, bias, d):
                            d.shape, d.device))
 
 
-# The warmup times both compiled backends through this function at each of its shapes (CUDA-graph
-# replays, each backend with its own tuned config) and records the faster as "fp8_gemm_nt_backend"
+# The warmup times both compiled backends through this function at each of its shapes (L2 flushed
+# before every call, each backend with its own tuned config) and records the faster as "fp8_gemm_nt_backend"
 # under (N, K, M bucket); "auto" then tries that one first. (Without a record: the priority order,
 # the CUDA extension first.)
 BACKEND_CHOICE = "fp8_gemm_nt_backend"

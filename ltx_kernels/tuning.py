@@ -107,24 +107,22 @@ def autotune_enabled() -> bool:
     return os.environ.get("LTX_KERNELS_AUTOTUNE", "0") == "1"
 
 
-def bench_ms(fn: Callable[[], None], warmup_ms: int = 25, rep_ms: int = 100, graph: bool = False) -> float:
-    """Median time of fn in ms; graph=True times CUDA-graph replays (no host cost in the figure)."""
+def bench_ms(fn: Callable[[], None], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median time of fn in ms (do_bench: L2 flushed before every call)."""
     import triton.testing
 
-    if graph:
-        return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
 def tune(kernel: str, key, candidates: list[dict], run: Callable[[dict], Callable[[], None]],
-         device=None, verbose: bool = False, graph: bool = False) -> tuple[dict, float]:
+         device=None, verbose: bool = False) -> tuple[dict, float]:
     """Time every candidate (``run(cfg)`` returns a no-arg launcher) and store the fastest."""
     best, best_ms = None, float("inf")
     for cfg in candidates:
         try:
             fn = run(cfg)
             fn()
-            ms = bench_ms(fn, graph=graph)
+            ms = bench_ms(fn)
         except Exception as e:  # out of resources, etc.: skip the config
             if verbose:
                 print(f"  {kernel} {key} {cfg}: failed ({type(e).__name__})")

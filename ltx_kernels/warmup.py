@@ -54,8 +54,10 @@ def _gemm_jobs(shapes, dev):
 
 def _backend_jobs(shapes, dev):
     """Where the SM90 extension is built: the faster of the two compiled GEMM backends per shape,
-    each with its own config (run these after the Triton GEMM jobs), timed as CUDA-graph replays:
-    at small M a GEMM takes less time than an eager call's host work."""
+    each with its own config (run these after the Triton GEMM jobs). Timed like the Triton configs:
+    do_bench, which flushes L2 before every call (a layer's weights are not in L2 in a model;
+    graph replays of one call keep a small GEMM's weights there and favour other kernels) and
+    whose flush also hides an eager call's host work."""
     import ltx_kernels as lk
     from ltx_kernels import _ext, gemm, tuning
 
@@ -69,7 +71,7 @@ def _backend_jobs(shapes, dev):
             d = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
             return ([{"backend": "cuda"}, {"backend": "triton"}],
                     lambda c: (lambda: lk.fp8_gemm_nt(a, sa, b, sb, bias, out=d, backend=c["backend"])),
-                    2.0 * m * n * k, True)
+                    2.0 * m * n * k)
 
         yield gemm.BACKEND_CHOICE, (n, k, tuning.m_bucket(m)), f"backend {m}x{n}x{k}", make
 
@@ -191,8 +193,8 @@ def main(argv=None) -> int:
             print(f"  {kernel:14s} {label:28s} {'cached/shipped' if hit else 'MISSING'}")
             continue
         t0 = time.time()
-        cands, run, flops, *graph = make()  # (, True): time CUDA-graph replays
-        cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose, graph=bool(graph and graph[0]))
+        cands, run, flops = make()
+        cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose)
         rate = f"{flops / ms / 1e9:7.1f} TFLOP/s" if flops else ""
         rows.append((kernel, label, cfg, ms, rate))
         print(f"[{i + 1}/{len(jobs)}] {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  ({time.time() - t0:.0f}s)",
