@@ -34,52 +34,40 @@ class Recorder:
         self.benchmark = benchmark
         self.info = benchmark.extra_info
 
+    def _time(self, prefix, timer, fn, nbytes, flops):
+        """timer(fn) stored as <prefix>ms and <prefix>gbps / tflops; errors other than for our own
+        call (prefix "") are stored as <prefix>error and give None."""
+        try:
+            ms = timer(fn)
+        except Exception as e:
+            if not prefix:
+                raise
+            self.info[f"{prefix}error"] = f"{type(e).__name__}: {e}"[:200]
+            return None
+        self.info[f"{prefix}ms"] = ms
+        if nbytes:
+            self.info[f"{prefix}gbps"] = nbytes / ms / 1e6
+        if flops:
+            self.info[f"{prefix}tflops"] = flops / ms / 1e9
+        return ms
+
     def measure(self, fn, *, nbytes: float = 0.0, flops: float = 0.0, anchors: dict | None = None,
                 graph_anchors: bool = False, **meta):
         """graph_anchors: time the anchors as CUDA-graph replays too (anchor_<name>_graph_*), for
         shapes small enough that an eager call's host work could hide the kernel."""
         self.info.update(meta)
         self.info["device"] = torch.cuda.get_device_name()
-        ms = gpu_ms(fn)
-        self.info["ms"] = ms
-        if nbytes:
-            self.info["gbps"] = nbytes / ms / 1e6
-        if flops:
-            self.info["tflops"] = flops / ms / 1e9
+        ms = self._time("", gpu_ms, fn, nbytes, flops)
         for name, afn in (anchors or {}).items():
-            try:
-                ams = gpu_ms(afn)
-            except Exception as e:  # an anchor that does not run here is reported, not fatal
-                self.info[f"anchor_{name}_error"] = f"{type(e).__name__}: {e}"[:200]
+            # an anchor that does not run here is reported, not fatal
+            ams = self._time(f"anchor_{name}_", gpu_ms, afn, nbytes, flops)
+            if ams is None:
                 continue
-            self.info[f"anchor_{name}_ms"] = ams
-            if nbytes:
-                self.info[f"anchor_{name}_gbps"] = nbytes / ams / 1e6
-            if flops:
-                self.info[f"anchor_{name}_tflops"] = flops / ams / 1e9
             self.info[f"speedup_vs_{name}"] = ams / ms
             if graph_anchors:
-                try:
-                    gms = _graph_ms(afn)
-                except Exception as e:
-                    self.info[f"anchor_{name}_graph_error"] = f"{type(e).__name__}: {e}"[:200]
-                    continue
-                self.info[f"anchor_{name}_graph_ms"] = gms
-                if nbytes:
-                    self.info[f"anchor_{name}_graph_gbps"] = nbytes / gms / 1e6
-                if flops:
-                    self.info[f"anchor_{name}_graph_tflops"] = flops / gms / 1e9
-
+                self._time(f"anchor_{name}_graph_", _graph_ms, afn, nbytes, flops)
         # The same call replayed from a CUDA graph: the kernels alone, without Python launch cost.
-        try:
-            gms = _graph_ms(fn)
-            self.info["graph_ms"] = gms
-            if nbytes:
-                self.info["graph_gbps"] = nbytes / gms / 1e6
-            if flops:
-                self.info["graph_tflops"] = flops / gms / 1e9
-        except Exception as e:
-            self.info["graph_error"] = f"{type(e).__name__}: {e}"[:200]
+        self._time("graph_", _graph_ms, fn, nbytes, flops)
 
         def synced():
             fn()
