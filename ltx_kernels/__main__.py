@@ -71,7 +71,8 @@ def main(argv=None) -> int:
 
     dev = torch.device("cuda" if cuda else "cpu")
     torch.manual_seed(0)
-    print(f"\nbackends per op on {dev} (first available is what 'auto' picks):")
+    print(f"\nbackends per op on {dev} (first available is what 'auto' picks, unless the tuning cache"
+          f" measured another faster for a shape: the GEMM's fp8_gemm_nt_backend records):")
     inputs = {}
     for case in _cases.CASES:
         d = case.make(dev, False)
