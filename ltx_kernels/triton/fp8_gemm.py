@@ -186,9 +186,17 @@ def _fp8_gemm_nt_persistent_kernel(
 # Host side: DeepGEMM-style readable config choice, then the per-GPU cache.
 
 def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
+    """Without a cached config. Small M from the H200 warmup at M buckets 64-512 and the eight
+    LTX-2 (N, K) (bench/results/2026-12-03-h200-session8/call3): 64x64 pointer tiles at every
+    bucket-64 shape; 64x128 above, persistent with 2 programs per SM at 16 of 24 (pointer tiles at
+    the rest)."""
     if m <= 64:
-        return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
-                "USE_TMA": tma_ok}
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4, "USE_TMA": False}
+    if m <= 512:
+        if tma_ok:
+            return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
+                    "USE_TMA": True, "PERSISTENT": True, "CTAS_PER_SM": 2}
+        return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "USE_TMA": False}
     if tma_ok:  # the H200 warmup's pick at 9 of its 12 shapes (bench/results/2026-12-03-h200-session6)
         return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
                 "USE_TMA": True, "PERSISTENT": True}
