@@ -173,3 +173,33 @@ def test_sm90_split_k_choice(m, n, k):
         assert kb // s >= 4 and units * s <= sms // cfg[2] and units * 2 <= sms
     else:
         assert units * 2 > sms // cfg[2] or kb % 2 or kb < 8
+
+
+def test_config_too_big_for_the_gpu_shrinks(device, monkeypatch):
+    """A config that does not fit the GPU's shared memory (Triton's OutOfResources at compile time)
+    is retried with fewer stages, then 64x64 tiles; the fitting one is remembered."""
+    import triton
+
+    prepare()
+    from ltx_kernels.triton import fp8_gemm as kg
+
+    real = kg._launch
+    tried = []
+
+    def launch(a, sa, b, sb, bias, d, cfg):
+        tried.append(cfg)
+        if cfg["BLOCK_N"] > 64:
+            raise triton.runtime.OutOfResources(300000, 101376, "shared memory")
+        return real(a, sa, b, sb, bias, d, cfg)
+
+    monkeypatch.setattr(kg, "_launch", launch)
+    monkeypatch.setattr(kg, "_shrunk", {})
+    qa, sa, qb, sb = gemm_operands(70, 256, 256, device)
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "USE_TMA": False}
+    d = torch.full((70, 256), float("nan"), device=device, dtype=torch.bfloat16)
+    kg.fp8_gemm_nt(qa, sa, qb, sb, None, d, cfg=big)
+    assert [c["num_stages"] for c in tried] == [4, 3, 2, 2] and tried[-1]["BLOCK_N"] == 64
+    assert rel_err(d, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+    tried.clear()
+    kg.fp8_gemm_nt(qa, sa, qb, sb, None, d, cfg=big)
+    assert len(tried) == 1 and tried[0]["BLOCK_N"] == 64

@@ -295,4 +295,29 @@ def fp8_gemm_nt(a, sa, b, sb, bias, d, cfg: dict | None = None):
     if k == 0:
         d.copy_(bias.to(d.dtype).expand(m, n) if bias is not None else torch.zeros_like(d))
         return None
-    return _launch(a, sa, b, sb, bias, d, cfg or config_for(m, n, k, a, b, d, sa, sb, bias))
+    cfg = cfg or config_for(m, n, k, a, b, d, sa, sb, bias)
+    key = tuple(sorted(cfg.items()))
+    cfg = _shrunk.get(key, cfg)
+    for attempt in _smaller_configs(cfg):
+        try:
+            launch = _launch(a, sa, b, sb, bias, d, attempt)
+        except triton.runtime.OutOfResources:
+            continue
+        if attempt is not cfg:
+            _shrunk[key] = attempt
+        return launch
+    raise RuntimeError(f"fp8_gemm_nt: no Triton config fits this GPU's shared memory (tried from {cfg})")
+
+
+# config (as a sorted item tuple) -> the smaller one that fitted this GPU
+_shrunk: dict = {}
+
+
+def _smaller_configs(cfg: dict):
+    """cfg, then the same with fewer pipeline stages, then 64x64 pointer tiles: a shipped or
+    heuristic config may ask for more shared memory than a smaller GPU has (sm_89 and sm_120 have
+    about 100 KB per SM against the H200's 227 KB); Triton raises OutOfResources at compile time."""
+    yield cfg
+    for stages in range(cfg["num_stages"] - 1, 1, -1):
+        yield dict(cfg, num_stages=stages, CTAS_PER_SM=1) if cfg.get("PERSISTENT") else dict(cfg, num_stages=stages)
+    yield {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2, "USE_TMA": False}
