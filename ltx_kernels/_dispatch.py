@@ -36,6 +36,16 @@ class Backend:
     reasons: Callable[..., list]
 
 
+_ops: list = []  # every Op, so that a new tuning record can reset their memoised choices
+
+
+def forget_choices() -> None:
+    """Called by ``tuning.store``: a preference may read tuned results, so choices made before the
+    new record are made again."""
+    for op in _ops:
+        op._memo = Memo()
+
+
 class Op:
     def __init__(self, name: str):
         self.name = name
@@ -45,6 +55,7 @@ class Op:
         # preference(*args) -> None, or (order, why): another order for these inputs
         self.preference: Callable[..., tuple | None] | None = None
         self._memo = Memo()
+        _ops.append(self)
 
     def register(self, name: str, reasons: Callable[..., list] | None = None):
         if name not in BACKENDS:
@@ -99,10 +110,8 @@ class Op:
         # The choice depends only on the arguments' signature (shapes, strides, dtypes, devices,
         # flags) and the environment, so it is memoised per signature: select() walks every
         # backend's reasons and costs tens of microseconds.
-        from . import tuning  # (imports this module) a preference may read tuned results
-
         sig = signature(args)
-        key = None if sig is None else (resolve_backend_name(backend), sig, tuning.generation)
+        key = None if sig is None else (resolve_backend_name(backend), sig)
         b = self._memo.get(key) or self._memo.put(key, self.select(backend, *args))
         return b.fn(*args)
 

@@ -86,22 +86,27 @@ SM90_TILES = {
     (128, 128, 2): 0.83,
     (128, 192, 1): 0.75,
 }
-# "256,128,2" or "128,128,1,4" (with K splits): force one config (benchmarks)
-_tile_override = os.environ.get("LTX_KERNELS_SM90_TILE")
+# LTX_KERNELS_SM90_TILE="256,128,2", or "128,128,1,4" with K splits: force one config (benchmarks)
+_override = tuple(int(v) for v in os.environ.get("LTX_KERNELS_SM90_TILE", "").split(",") if v.strip())
+
+
+def _sm90_units(m: int, n: int, cfg: tuple) -> int:
+    """Work units (output tiles; one per cluster of horizontally adjacent tiles) of an M x N output."""
+    bm, bn, cl = cfg
+    tiles_n = -(-n // bn)
+    return -(-m // bm) * -(-tiles_n // cl)
 
 
 def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
     """The (block_m, block_n, cluster) with the least estimated time for an M x N output on a
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
     area over its measured rate (so padding and a ragged last wave count against big tiles)."""
-    if _tile_override:
-        return tuple(int(v) for v in _tile_override.split(",")[:3])
+    if _override:
+        return _override[:3]
 
     def cost(cfg):
         bm, bn, cl = cfg
-        tiles_n = -(-n // bn)
-        units = -(-m // bm) * -(-tiles_n // cl)
-        waves = -(-units // (num_sms // cl))
+        waves = -(-_sm90_units(m, n, cfg) // (num_sms // cl))
         return waves * bm * bn / SM90_TILES[cfg]
 
     return min(SM90_TILES, key=cost)
@@ -113,10 +118,10 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     one wave, each slice keeping >= 4 of the K blocks. Each CTA then streams fewer K blocks into an
     fp32 partial, and a second kernel sums the slices in order, adds the bias and rounds to bf16
     (extra traffic: the partials, 4 * splits * M * N bytes written and read, small at small M)."""
-    if _tile_override and len(_tile_override.split(",")) > 3:
-        return int(_tile_override.split(",")[3])
-    bm, bn, cl = cfg
-    units = -(-m // bm) * -(-(-(-n // bn)) // cl)
+    if len(_override) > 3:
+        return _override[3]
+    cl = cfg[2]
+    units = _sm90_units(m, n, cfg)
     kb = k // 128
     s = 1
     while units * s * 2 <= num_sms // cl and kb % (2 * s) == 0 and kb // (2 * s) >= 4:
@@ -162,13 +167,13 @@ BACKEND_CHOICE = "fp8_gemm_nt_backend"
 def _measured_preference(a, sa, b, sb, bias, d):
     if a.device.type != "cuda":
         return None
-    m, k = a.shape
-    hit = tuning.lookup(BACKEND_CHOICE, (b.shape[0], k, tuning.m_bucket(m)), a.device)
+    n, k, bucket = b.shape[0], a.shape[1], tuning.m_bucket(a.shape[0])
+    hit = tuning.lookup(BACKEND_CHOICE, (n, k, bucket), a.device)
     if not hit or hit.get("backend") not in ("cuda", "triton"):
         return None
     first = hit["backend"]
     order = (first, "triton" if first == "cuda" else "cuda", "torch")
-    return order, f"{first} measured faster at N={b.shape[0]}, K={k}, M bucket {tuning.m_bucket(m)} (tuning cache)"
+    return order, f"{first} measured faster at N={n}, K={k}, M bucket {bucket} (tuning cache)"
 
 
 gemm_op.preference = _measured_preference

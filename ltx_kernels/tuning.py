@@ -20,7 +20,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from ._dispatch import log
+from ._dispatch import forget_choices, log
+from .triton import next_pow2
 
 _SHIPPED = Path(__file__).with_name("configs")
 _lock = threading.Lock()
@@ -93,6 +94,7 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
         os.replace(tmp, path)
         _memory.setdefault(dev, {})[entry_key(kernel, key)] = record
         _choices.clear()
+        forget_choices()
         global generation
         generation += 1
     return path
@@ -100,7 +102,7 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
 
 def m_bucket(m: int) -> int:
     """Cache key for a GEMM's M: the next power of two, 64 .. 32768."""
-    return min(max(64, 1 << max(0, int(m) - 1).bit_length()), 32768)
+    return min(max(64, next_pow2(m)), 32768)
 
 
 def autotune_enabled() -> bool:

@@ -32,6 +32,14 @@ def gemm_shapes(quick: bool):
     return [(m, n, k) for n, k in LTX2_NK for m in M_BUCKETS]
 
 
+def _gemm_inputs(quantizers, m, n, k, dev):
+    """(a, sa, b, sb, bias, d) for an M x N x K GEMM, quantized by ``quantizers`` (the reference
+    module or the package: their activation scales come in different layouts)."""
+    a, sa = quantizers.quantize_blockwise(torch.randn(m, k, device=dev))
+    b, sb = quantizers.quantize_weights_blockwise(torch.randn(n, k, device=dev))
+    return a, sa, b, sb, torch.randn(n, device=dev), torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+
+
 def _gemm_jobs(shapes, dev):
     from ltx_kernels import reference as ref
     from ltx_kernels import tuning
@@ -41,10 +49,7 @@ def _gemm_jobs(shapes, dev):
         key = (n, k, tuning.m_bucket(m))
 
         def make(m=m, n=n, k=k):
-            a, sa = ref.quantize_blockwise(torch.randn(m, k, device=dev))
-            b, sb = ref.quantize_weights_blockwise(torch.randn(n, k, device=dev))
-            bias = torch.randn(n, device=dev)
-            d = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            a, sa, b, sb, bias, d = _gemm_inputs(ref, m, n, k, dev)
             tma = kg._tma_ok_for(a, b, d)
             return (kg.candidates(m, tma), lambda c: (lambda: kg._launch(a, sa, b, sb, bias, d, c)),
                     2.0 * m * n * k)
@@ -65,10 +70,7 @@ def _backend_jobs(shapes, dev):
         return
     for m, n, k in shapes:
         def make(m=m, n=n, k=k):
-            a, sa = lk.quantize_blockwise(torch.randn(m, k, device=dev))
-            b, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device=dev))
-            bias = torch.randn(n, device=dev)
-            d = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            a, sa, b, sb, bias, d = _gemm_inputs(lk, m, n, k, dev)  # the scale layout callers pass
             return ([{"backend": "cuda"}, {"backend": "triton"}],
                     lambda c: (lambda: lk.fp8_gemm_nt(a, sa, b, sb, bias, out=d, backend=c["backend"])),
                     2.0 * m * n * k)

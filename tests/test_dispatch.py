@@ -120,3 +120,21 @@ def test_preference_reorders_auto_only(caplog):
     assert "order torch, triton: measured" in caplog.text
     assert op("auto", torch.zeros(4)) == "triton"
     assert op("torch", torch.zeros(4)) == "torch"
+
+
+def test_new_tuning_record_resets_memoised_choices(tmp_path, monkeypatch):
+    """Choices are memoised per signature; tuning.store (a preference may read its records)
+    makes every op choose again."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    op = _dispatch.Op("toy2")
+    op.register("torch")(lambda x: "torch")
+    op.register("triton")(lambda x: "triton")
+    first = {"name": "torch"}
+    op.preference = lambda x: ((first["name"], "triton", "torch"), "test")
+    assert op("auto", torch.zeros(1)) == "torch"
+    first["name"] = "triton"
+    assert op("auto", torch.zeros(1)) == "torch"  # memoised
+    tuning.store("toy2", ("k",), {"x": 1}, 0.1, "cpu")
+    assert op("auto", torch.zeros(1)) == "triton"
