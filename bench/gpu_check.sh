@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
 #   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
-#   build,tests,sm90,warmup,probe,main,bench,block,host,standalone,ncu,protocols
+#   build,tests,sm90,memcheck,warmup,probe,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
-#   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck. host: Python cost per eager call.
+#   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per eager call.
 #   standalone: prebuilt standalone SM90 binaries (bench/sm90_build_standalone.sh into
 #   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
 #   ncu: Nsight Compute of standalone binaries and cuBLAS (bench/ncu_gemm.sh, $NCU_RUNS).
@@ -71,6 +71,11 @@ if has sm90; then
   timeout 150 python3 -m pytest tests/test_gemm_sm90.py -q -p no:cacheprovider > "$OUTDIR/sm90_tests.log" 2>&1; echo "sm90 tests rc=$? (124: timed out, a hang)"
   tail -3 "$OUTDIR/sm90_tests.log"
   timeout 240 python3 bench/probe_sm90.py --json "$OUTDIR/probe_sm90.json" 2>&1 | tee "$OUTDIR/probe_sm90.log"
+  bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
+fi
+if has memcheck && ! has sm90; then
+  built
+  stamp memcheck
   bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
 fi
 if has warmup; then

@@ -21,8 +21,9 @@ for m, n, k in ((1, 128, 128), (130, 384, 640), (300, 256, 1024)):
     qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
     qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
     for cfg in lk.gemm.SM90_TILES:
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        mod.fp8_gemm_nt(qa, sa, qb, sb, torch.randn(n, device="cuda"), d, *cfg)
+        for splits in (1, 2, 4) if k >= 1024 else (1,):  # split-K: fp32 slices, then the reduce kernel
+            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            mod.fp8_gemm_nt(qa, sa, qb, sb, torch.randn(n, device="cuda"), d, *cfg, splits)
 torch.cuda.synchronize()
 print("memcheck run done")
 PY
