@@ -5,6 +5,7 @@ median). Prints one line per (shape, config) and writes JSON.
 
     python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...] [--triton] [--rounds R] [--graph]
 
+--splits 1,2,4 adds each config with its K cut into that many slices (split-K) as columns "BMxBNxCL/S".
 --triton adds the public backends through fp8_gemm_nt: "triton" (its cached / shipped / heuristic
 config) and "cuda" (the host's tile and split-K choice), and the name of the kernel cuBLAS runs; --rounds R times every column R times in alternating order and reports
 each column's median over the rounds (the GPU's clock drifts within a run).
@@ -49,6 +50,7 @@ def main():
     ap.add_argument("--triton", action="store_true", help="also time the Triton backend; name cuBLAS's kernel")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (no host cost: small shapes)")
+    ap.add_argument("--splits", default="1", help="K split counts to time each config with, e.g. 1,2,4 (small M)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     mod = _ext.load("_C_gemm_sm90")[0]
@@ -72,7 +74,8 @@ def main():
                 row["cublas_kernel"] = kernel_name(f)
         except Exception as e:
             row["cublas_blockwise_error"] = f"{type(e).__name__}: {str(e)[:120]}"
-        columns = [("x".join(map(str, cfg)), cfg) for cfg in lk.gemm.SM90_TILES]
+        columns = [("x".join(map(str, cfg)) + (f"/{sp}" if sp > 1 else ""), (*cfg, sp))
+                   for sp in map(int, args.splits.split(",")) if (k // 128) % sp == 0 for cfg in lk.gemm.SM90_TILES]
         if args.triton:
             columns += [("cuda", "cuda"), ("triton", "triton")]
         for tag, cfg in columns:
@@ -104,8 +107,8 @@ def main():
         for tag, ts in times.items():
             row[tag] = flops / statistics.median(ts) / 1e9
         rows.append(row)
-        cells = "  ".join(f"{'x'.join(map(str, c))}={row.get('x'.join(map(str, c)), float('nan')):5.0f}"
-                          + ("!" if row.get('x'.join(map(str, c)) + "_bad") else "") for c in lk.gemm.SM90_TILES)
+        cells = "  ".join(f"{tag}={row.get(tag, float('nan')):5.0f}" + ("!" if row.get(tag + "_bad") else "")
+                          for tag, cfg in columns if not isinstance(cfg, str))
         if args.triton:
             splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms), sms)
             cells += (f"  cuda(splits {splits})={row.get('cuda', float('nan')):5.0f}"

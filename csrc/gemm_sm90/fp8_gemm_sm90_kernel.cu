@@ -341,6 +341,9 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
+  // Split-K: the reduction kernel is launched as a programmatic dependent (PDL), so it may be
+  // scheduled now, onto SMs this grid leaves idle; it waits for this grid's completion itself.
+  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // the peer must not multicast into, or arrive on, barriers that are not initialised yet
   if constexpr (CLUSTER > 1) cluster_sync();
   else __syncthreads();
@@ -652,6 +655,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 __global__ void __launch_bounds__(256) splitk_reduce_kernel(const float* __restrict__ ws, const float* __restrict__ bias,
                                                             __nv_bfloat16* __restrict__ d, int64_t ldd, int M, int N,
                                                             int splits) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the GEMM's partials (a no-op without PDL)
   const int64_t quads = static_cast<int64_t>(M) * N / 4, slice = static_cast<int64_t>(M) * N;
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
        q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -786,7 +790,18 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (p.splits > 1) {
     const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
     const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(num_sms) * 8));
-    splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p.ws, p.bias, p.d, p.ldd, p.M, p.N, p.splits);
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t rcfg = {};
+    rcfg.gridDim = dim3(blocks);
+    rcfg.blockDim = dim3(256);
+    rcfg.stream = stream;
+    rcfg.attrs = &pdl;
+    rcfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel, static_cast<const float*>(p.ws), static_cast<const float*>(p.bias),
+                           p.d, p.ldd, p.M, p.N, p.splits) != cudaSuccess)
+      return "cudaLaunchKernelEx (split-K reduction) failed";
   }
   return nullptr;
 }
