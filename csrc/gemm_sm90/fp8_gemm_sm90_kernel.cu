@@ -317,11 +317,15 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  // Aligned by offsetting smem_raw itself (not by integer arithmetic on its address), so the compiler
+  // still knows every access through s is to shared memory (LDS / STS, not generic LD / ST).
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
 #ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only (bench/sm90_standalone.cu)
   const uint64_t probe_clk = clock64(), probe_ns = globaltimer_ns();
 #endif
-  const int wg = threadIdx.x / 128;
+  // Read through a shuffle so the compiler knows it is warp-uniform: the consumers' descriptor
+  // arithmetic then stays in uniform registers instead of moving to them before every wgmma.
+  const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   const int t = threadIdx.x % 128;
   const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
   const int cluster_id = blockIdx.x / CLUSTER, num_clusters = gridDim.x / CLUSTER;
