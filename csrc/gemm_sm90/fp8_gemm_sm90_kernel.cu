@@ -432,15 +432,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // Descriptors of stage 0, advanced by address arithmetic: the address field holds bytes / 16, and
     // every address stays below 2^18 bytes, so adding never carries out of the field.
     const uint64_t desc_a0 = smem_desc(s.a[0] + c * kRowsC * BK), desc_b0 = smem_desc(s.b[0]);
-    // Wave w's descriptors in the stage to compute on next. Formed right after the previous wave is
-    // issued, so that when a consumer's turn comes only its wgmma are left to issue (computed next
-    // to the issue, ptxas places this arithmetic after the turn barrier).
-    auto wave_desc = [&](int w, uint64_t& da, uint64_t& db) {
-      da = desc_a0 + static_cast<uint32_t>((stage * BM * BK + w * 64 * BK) / 16);
-      db = desc_b0 + static_cast<uint32_t>(stage * BN * BK / 16);
-    };
-    auto issue = [&](float (&acc)[BN / 2], int w, uint64_t da, uint64_t db) {
+    auto issue = [&](float (&acc)[BN / 2], int w) {
       wgmma_fence();
+      const uint64_t da = desc_a0 + static_cast<uint32_t>((stage * BM * BK + w * 64 * BK) / 16);
+      const uint64_t db = desc_b0 + static_cast<uint32_t>(stage * BN * BK / 16);
       wgmma_e4m3<BN, false>(acc, da, db);
 #pragma unroll
       for (int k = 1; k < BK / 32; ++k) wgmma_e4m3<BN, true>(acc, da + k * 32 / 16, db + k * 32 / 16);
@@ -596,8 +591,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);
 #endif
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
-    uint64_t da, db;            // the next wave's descriptors
-    wave_desc(0, da, db);
     for (int g = 0, kb = 0; g < stream; ++g) {
       if (kAcquireAhead) {
         sc = sc_next;
@@ -616,8 +609,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
           named_barrier_sync(kOrderBarrier + c, 256);
         }
 #endif
-        issue(acc, w, da, db);
-        wave_desc((w + 1) % kWaves, da, db);
+        issue(acc, w);
         trace(c, t, g, w, 3);
 #ifndef LTX_SM90_TIMING_NO_ORDER
         if constexpr (kConsumers == 2) {
