@@ -719,13 +719,8 @@ struct DeviceState {
   int max_ctas = 0;
 };
 
-// A launch of `grid` CTAs in clusters of `cluster` along x; `attr` must outlive the config.
-cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, cudaStream_t stream,
-                                  cudaLaunchAttribute& attr) {
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
+// A launch of `grid` blocks with the one launch attribute `attr` (which must outlive the config).
+cudaLaunchConfig_t launch_with(int grid, int threads, int smem, cudaStream_t stream, cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
@@ -734,6 +729,16 @@ cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, 
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   return cfg;
+}
+
+// A launch of `grid` CTAs in clusters of `cluster` along x; `attr` must outlive the config.
+cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, cudaStream_t stream,
+                                  cudaLaunchAttribute& attr) {
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return launch_with(grid, threads, smem, stream, attr);
 }
 
 template <int BM, int BN, int CLUSTER>
@@ -797,12 +802,7 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
     cudaLaunchAttribute pdl;
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t rcfg = {};
-    rcfg.gridDim = dim3(blocks);
-    rcfg.blockDim = dim3(256);
-    rcfg.stream = stream;
-    rcfg.attrs = &pdl;
-    rcfg.numAttrs = 1;
+    const cudaLaunchConfig_t rcfg = launch_with(blocks, 256, 0, stream, pdl);
     if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel, static_cast<const float*>(p.ws), static_cast<const float*>(p.bias),
                            p.d, p.ldd, p.M, p.N, p.splits) != cudaSuccess)
       return "cudaLaunchKernelEx (split-K reduction) failed";
