@@ -27,7 +27,7 @@ SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096
 
 
 class ClockSampler:
-    """SM clock (MHz) and board power (W) from NVML every few ms while active."""
+    """SM clock (MHz) and board power (W) from NVML every few ms while active (0 where no sample came)."""
 
     def __init__(self, index=0, period_s=0.005):
         self.samples, self.period, self.on, self.handle = [], period_s, False, None
@@ -126,7 +126,7 @@ def main():
                 row[name + "_watts"] = watts
             rows.append(row)
             cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
-                              for name in fns)
+                              f",{row.get(name + '_watts') or 0:3.0f}W" for name in fns)
             print(f"{row['shape']:>18s} {protocol:9s} {cells}", flush=True)
         del qa, qb, d, bf_a, bf_b
         torch.cuda.empty_cache()
