@@ -12,7 +12,8 @@
 #   Triton column uses the configs it tuned).
 # The build runs in the background while the phases that need no extension (standalone, ncu) use
 # the GPU. Writes logs and JSON under OUTDIR; prints a short table last. BENCH_K="expr" selects
-# benchmarks (pytest -k, spaces allowed); BENCH_ARGS adds plain pytest arguments.
+# benchmarks (pytest -k, spaces allowed); BENCH_ARGS adds plain pytest arguments; BENCH_TIMEOUT=s
+# stops the benchmarks after s seconds, keeping those done.
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 PHASES=${2:-build,tests,warmup,main,bench,block}
@@ -99,8 +100,9 @@ fi
 if has bench; then
   built
   stamp bench
-  python3 -m pytest bench -q -p no:cacheprovider --benchmark-json="$OUTDIR/bench.json" ${BENCH_ARGS:-} ${BENCH_K:+-k "$BENCH_K"} \
-    > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
+  # BENCH_TIMEOUT=s interrupts pytest (SIGINT) after s seconds; the benchmarks done so far are still written
+  timeout -s INT "${BENCH_TIMEOUT:-0}" python3 -m pytest bench -q -p no:cacheprovider --benchmark-json="$OUTDIR/bench.json" \
+    ${BENCH_ARGS:-} ${BENCH_K:+-k "$BENCH_K"} > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
   tail -3 "$OUTDIR/bench.log"
   python3 bench/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
 fi
