@@ -243,18 +243,20 @@ class All2All:
             _dist().barrier(group=self.group)
 
     # ------------------------------------------------------------------ configuration
-    def set_rank_tokens(self, counts):
+    def set_rank_tokens(self, rank_num_tokens):
         """Per-rank token counts (uneven allowed). Host-side only: no device sync."""
-        counts = [int(c) for c in counts]
+        counts = [int(c) for c in rank_num_tokens]
         if len(counts) != self.world_size or any(c < 0 for c in counts):
-            raise ValueError(f"counts must be {self.world_size} non-negative ints, got {counts}")
+            raise ValueError(f"rank_num_tokens must be {self.world_size} non-negative ints, got {counts}")
         self.counts = counts
 
-    def set_timeout_seconds(self, timeout_seconds):
-        """None: 10 s. Must be > 0; ``float('inf')`` waits forever."""
-        t = DEFAULT_TIMEOUT_S if timeout_seconds is None else float(timeout_seconds)
-        if not t > 0:
-            raise ValueError(f"timeout_seconds must be > 0 (or None for {DEFAULT_TIMEOUT_S}), got {timeout_seconds!r}")
+    def set_timeout_seconds(self, seconds):
+        """How long a kernel waits for a peer before :class:`All2AllTimeout`; None: 10 s.
+        0 gives up at the first wait a peer has not already satisfied (upstream's meaning);
+        ``float('inf')`` waits forever."""
+        t = DEFAULT_TIMEOUT_S if seconds is None else float(seconds)
+        if not t >= 0:
+            raise ValueError(f"seconds must be >= 0 (or None for {DEFAULT_TIMEOUT_S}), got {seconds!r}")
         self.timeout_seconds = t
 
     # ------------------------------------------------------------------ ops
@@ -292,11 +294,11 @@ class All2All:
         self._check_fits("send_recv_heads", x)
         return _call("send_recv_heads", x, self, copy_out)
 
-    def gather_heads(self, y, *, copy_out=False):
+    def gather_heads(self, x, *, copy_out=False):
         """``[B, T, H/W, D]`` -> ``[B, c_r, H, D]``, the inverse of send_recv_heads."""
-        y = self._check_x("y", y, sum(self.counts), False)
-        self._check_fits("gather_heads", y)
-        return _call("gather_heads", y, self, copy_out)
+        x = self._check_x("x", x, sum(self.counts), False)
+        self._check_fits("gather_heads", x)
+        return _call("gather_heads", x, self, copy_out)
 
     def allgather(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H, D]``."""
@@ -357,7 +359,8 @@ class All2All:
             return
         if self.device.type == "cpu":  # gloo honours a per-op timeout; NCCL would block the host for it
             try:
-                work.wait(timeout=datetime.timedelta(seconds=min(self.timeout_seconds, 1e9)))
+                # a zero timedelta is not a defined deadline for work.wait: the smallest positive one keeps 0's meaning
+                work.wait(timeout=datetime.timedelta(seconds=min(max(self.timeout_seconds, 1e-3), 1e9)))
             except RuntimeError as e:
                 msg = str(e).lower()
                 if "timed out" in msg or "timeout" in msg or "connection" in msg:

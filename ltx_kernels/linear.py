@@ -50,41 +50,49 @@ def linear_forward(x, weight_fp8, weight_scale, bias, backend="auto"):
     return y.view(*lead, weight_fp8.shape[0])
 
 
-class BlockwiseFP8Linear(nn.Module):
-    """``nn.Linear`` replacement with 128x128-blockwise FP8 weights and 1x128 FP8 activations."""
+class BlockwiseLinear(nn.Module):
+    """Base of the blockwise FP8 linears (upstream's class of the same name): an fp32 ``bias``
+    ``[out]`` or None; subclasses add ``weight`` / ``weight_scale`` and say how the codes are stored.
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, *,
+    ``dtype`` exists for ``nn.Linear``'s signature and is ignored: the parameter dtypes are fixed
+    by the format (upstream's too)."""
+
+    scale_max = FP8_SCALE_MAX
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  backend: str = "auto"):
         super().__init__()
         _check_features(type(self).__name__, in_features, out_features)
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
-        self.weight = nn.Parameter(self._empty_weight(device), requires_grad=False)
-        self.weight_scale = nn.Parameter(
-            torch.ones(out_features // 128, in_features // 128, dtype=torch.float32, device=device),
-            requires_grad=False)
         if bias:
             self.bias = nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device),
                                      requires_grad=False)
         else:
             self.register_parameter("bias", None)
 
-    scale_max = FP8_SCALE_MAX
+    def _init_weight(self, device) -> None:
+        self.weight = nn.Parameter(self._empty_weight(device), requires_grad=False)
+        self.weight_scale = nn.Parameter(
+            torch.ones(self.out_features // 128, self.in_features // 128, dtype=torch.float32, device=device),
+            requires_grad=False)
 
     def _empty_weight(self, device) -> torch.Tensor:
-        return torch.empty(self.out_features, self.in_features, dtype=FP8, device=device)
+        raise NotImplementedError(f"{type(self).__name__} does not define its weight storage")
 
     def _store_weight(self, q: torch.Tensor) -> torch.Tensor:
-        return q
+        raise NotImplementedError(f"{type(self).__name__} does not define its weight storage")
 
     @property
     def fp8weight(self) -> torch.Tensor:
         """The FP8 weight codes ``[out, in]`` the GEMM reads."""
-        return self.weight
+        raise NotImplementedError(f"{type(self).__name__} does not define its weight storage")
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, transform_weights: bool = True, *, backend: str = "auto"):
         """A layer on ``linear.weight``'s device. ``transform_weights=False`` leaves the weight
         uninitialised (scales ones) for a pre-quantized state dict to be loaded into it."""
+        if cls is BlockwiseLinear:
+            raise NotImplementedError("BlockwiseLinear is a base class: use BlockwiseFP8Linear or BlockwiseFP6Linear")
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
         w = linear.weight
@@ -106,11 +114,35 @@ class BlockwiseFP8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class BlockwiseFP6Linear(BlockwiseFP8Linear):
+class BlockwiseFP8Linear(BlockwiseLinear):
+    """``nn.Linear`` replacement with 128x128-blockwise FP8 weights and 1x128 FP8 activations."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 backend: str = "auto"):
+        super().__init__(in_features, out_features, bias, device, dtype, backend=backend)
+        self._init_weight(device)
+
+    def _empty_weight(self, device) -> torch.Tensor:
+        return torch.empty(self.out_features, self.in_features, dtype=FP8, device=device)
+
+    def _store_weight(self, q: torch.Tensor) -> torch.Tensor:
+        return q
+
+    @property
+    def fp8weight(self) -> torch.Tensor:
+        return self.weight
+
+
+class BlockwiseFP6Linear(BlockwiseLinear):
     """FP8 linear whose weight codes are stored packed as FP6 (3/4 of the bytes); unpacked by the
     fast kernel on every forward, as upstream does."""
 
     scale_max = FP6_SCALE_MAX
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 backend: str = "auto"):
+        super().__init__(in_features, out_features, bias, device, dtype, backend=backend)
+        self._init_weight(device)
 
     def _empty_weight(self, device) -> torch.Tensor:
         return torch.empty(self.out_features, self.in_features // 4 * 3, dtype=torch.uint8, device=device)

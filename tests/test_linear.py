@@ -5,7 +5,6 @@ from torch import nn
 
 import ltx_kernels as lk
 from ltx_kernels import reference as ref
-from ltx_kernels.blockwise import linear as compat_linear
 
 FP8 = torch.float8_e4m3fn
 LAYERS = [lk.BlockwiseFP8Linear, lk.BlockwiseFP6Linear]
@@ -100,16 +99,6 @@ def test_bad_inputs(device):
         layer(torch.ones(3, 256, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="pair"):
         layer((torch.zeros(3, 256, device=device).to(FP8),))
-
-
-def test_compat_names(device):
-    layer = compat_linear.BlockwiseFP8Linear.from_linear(_linear(device))
-    x = torch.randn(5, 256, device=device, dtype=torch.bfloat16)
-    q, s = lk.quantize_blockwise(x)
-    y = compat_linear.blockwise_fp8_gemm((q, s), (layer.weight, layer.weight_scale), layer.bias, use_fast_accum=True)
-    assert torch.equal(y, layer(x))
-    assert torch.equal(compat_linear.blockwise_linear_func(x, layer.weight, layer.weight_scale, layer.bias), y)
-    assert compat_linear.get_fp8_gemm_nt() is lk.fp8_gemm_nt
 
 
 class _Block(nn.Module):

@@ -1,6 +1,13 @@
-"""Upstream-compatible names (ltx_kernels.blockwise.triton_ops) with this package's math:
-fp32 sums, eps 1e-6, finite scales for zero blocks, any token count."""
+"""``ltx_kernels.blockwise.triton_ops``: upstream's names and argument orders over this package's
+ops, with this package's math: fp32 sums, eps 1e-6, finite scales for zero blocks, saturating
+FP8, any token count.
+
+Activation scales come back as upstream's "TMA-aligned" ``[M, h/128]`` fp32 view (element
+(m, kb) at ``m + kb * A4(M)``), which the GEMMs read as is.
+"""
 from __future__ import annotations
+
+from typing import Optional, Tuple
 
 import torch
 
@@ -9,60 +16,80 @@ from .. import reference as _ref
 
 
 def get_tma_aligned_size(n: int, element_size: int) -> int:
+    """``n`` rounded up to a whole 16-byte line of ``element_size``-byte elements."""
     align = 16 // element_size
     return (n + align - 1) // align * align
 
 
-def blockwise_quantize_triton(x):
+def run_quant_blockwise_tma_aligned(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """1x128 blockwise FP8: ``(q [..., h], scales [M, h/128])``."""
     return _q.quantize_blockwise(x)
 
 
-def blockwise_quantize_gelu_triton(x):
-    """GELU then quantize. Note: tanh GELU (the model's), not upstream's unused quick-GELU."""
+def run_quant_blockwise_gelu_tma_aligned(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """GELU then 1x128 blockwise FP8. The GELU is the tanh approximation LTX-2's feed-forward
+    uses; upstream's kernel applied ``x * sigmoid(1.702 x)`` here (ltx-core does not call it)."""
     return _q.quantize_blockwise(x, gelu=True)
 
 
-def blockwise_quantize_adanorm_triton(x, w, norm_scale, norm_shift, out_dtype=None, hd_scale=None):
-    """rms_norm(x) * (1 + scale) + shift, quantized. Like upstream, ``w``, ``out_dtype`` and
-    ``hd_scale`` are accepted for signature compatibility and must be unused (None / 1.0)."""
+def run_quant_blockwise_norm_tma_aligned(x: torch.Tensor, w: Optional[torch.Tensor], norm_scale: torch.Tensor,
+                                         norm_shift: torch.Tensor, out_dtype: torch.dtype = torch.float8_e4m3fn,
+                                         hd_scale: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``rms_norm(x) * (1 + norm_scale) + norm_shift`` quantized to 1x128 blockwise FP8.
+
+    ``w``, ``out_dtype`` and ``hd_scale`` exist for upstream's signature; upstream ignored them,
+    so anything but ``None`` / float8_e4m3fn / ``None`` or 1.0 (what ltx-core passes) is refused
+    rather than silently dropped."""
     if w is not None:
-        raise ValueError("w (an affine norm weight) is not supported: pass None as ltx-core does")
+        raise ValueError("w (an affine norm weight) is not supported: pass None, as ltx-core does")
+    if out_dtype not in (None, torch.float8_e4m3fn):
+        raise TypeError(f"out_dtype must be torch.float8_e4m3fn, got {out_dtype}")
+    if hd_scale not in (None, 1.0):
+        raise ValueError(f"hd_scale must be None or 1.0, got {hd_scale!r}")
     return _q.quantize_adanorm(x, norm_scale, norm_shift)
 
 
-def blockwise_quantize_rms_fma_triton(x, y, z):
-    """x += y*z in place (as upstream), then rms-norm + quantize; returns (q, scales)."""
+def run_quant_blockwise_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` quantized: ``(q, scales)``."""
     q, s, _ = _q.quantize_rms_fma(x, y, z, inplace=True)
     return q, s
 
 
-def gated_attention_triton(x, gate_logits, quantize=True):
+def run_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` (eps 1e-6) in x's dtype.
+    Composed from torch ops: ltx-core runs the quantizing variant."""
+    x.copy_((x.float() + y.float() * z.float()).to(x.dtype))
+    return _ref.rms_norm(x.float(), 1e-6).to(x.dtype)
+
+
+def run_gated_attention(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool = True):
+    """``x * 2 sigmoid(gate_logits)`` per head: ``(q, scales)`` when quantizing, else
+    ``(out in x.dtype, None)``."""
     return _q.gated_attention(x, gate_logits, quantize)
 
 
-def blockwise_dequantize(xs):
-    q, scales = xs
-    return _q.dequantize_blockwise(q, scales)
+def run_blockwise_dequantize(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """bf16 ``x * scale`` per 1x128 block; scales ``[M, h/128]`` with any strides."""
+    return _q.dequantize_blockwise(x, scales)
 
 
-blockwise_dequantize_triton = blockwise_dequantize
-
-
-def rms_fma_triton(x, y, z, eps=1e-6):
-    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` in x's dtype (with eps, which
-    upstream lacked). Composed from torch ops: ltx-core uses the quantizing variant."""
-    x.copy_((x.float() + y.float() * z.float()).to(x.dtype))
-    return _ref.rms_norm(x.float(), eps).to(x.dtype)
-
-
-def rowwise_int_quantize_triton(x, out_dtype=None):
-    """Per-row symmetric int8 quantization: ``(q, scale)`` with ``x ~= q * scale``, scale = amax/127
-    per row (a zero row gets scale 1). Rounds to nearest; upstream's version truncated."""
-    out_dtype = torch.int8 if out_dtype is None else out_dtype
-    if out_dtype != torch.int8:
+def run_quantize_kernel(x: torch.Tensor, out_dtype: Optional[torch.dtype] = None):
+    """Per-row symmetric int8: ``(q, scale)`` with ``x ~= q * scale``, ``scale = amax / 127`` per
+    row (a zero row gets scale 1), rounded to nearest (upstream's kernel truncated)."""
+    if out_dtype not in (None, torch.int8):
         raise TypeError(f"out_dtype must be torch.int8, got {out_dtype}")
     xf = x.float()
     amax = xf.abs().amax(dim=-1, keepdim=True)
     scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
     q = torch.round(xf / scale).clamp(-127, 127).to(torch.int8)
     return q, scale.squeeze(-1)
+
+
+rowwise_int_quantize_triton = run_quantize_kernel
+blockwise_quantize_adanorm_triton = run_quant_blockwise_norm_tma_aligned
+blockwise_quantize_triton = run_quant_blockwise_tma_aligned
+blockwise_quantize_gelu_triton = run_quant_blockwise_gelu_tma_aligned
+blockwise_quantize_rms_fma_triton = run_quant_blockwise_rms_fma
+rms_fma_triton = run_rms_fma
+gated_attention_triton = run_gated_attention
+blockwise_dequantize_triton = run_blockwise_dequantize
