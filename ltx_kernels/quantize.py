@@ -230,7 +230,16 @@ def _dequantize_triton(q, scales, out_dtype):
     q2 = chk.rows_2d("q", q)
     out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     rows_per_scale = 1 if scales.shape[0] == q2.shape[0] else 128
-    k.dequantize(q2, scales, out.view(-1, kk), rows_per_scale)
+    launch = k.dequantize(q2, scales, out.view(-1, kk), rows_per_scale)
+    if launch is not None and q2.data_ptr() == q.data_ptr():  # (no copy of q was needed)
+        shape, device = q.shape, q.device
+
+        def run(q, scales):
+            o = torch.empty(shape, dtype=out_dtype, device=device)
+            launch(_rows(q), scales, o.view(-1, kk))
+            return o
+
+        _plans.offer(run)
     return out
 
 
@@ -249,18 +258,24 @@ def _(q, scales, out_dtype, backend):
 def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto"):
     """``q * scale`` for either layout: activation scales ``[M, K/128]`` (any strides) or weight
     scales ``[ceil(M/128), K/128]``; M is the product of q's leading dims."""
-    chk.tensor("q", q, dtypes=(FP8,), min_ndim=1)
-    chk.tensor("scales", scales, dtypes=(torch.float32,), ndim=2)
-    if out_dtype not in chk.FLOAT_DTYPES:
-        raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
-    chk.same_device(q=q, scales=scales)
-    kk = q.shape[-1]
-    m = q.numel() // kk if kk else 0
-    kb = (kk + 127) // 128
-    if scales.shape[1] != kb or scales.shape[0] not in (m, (m + 127) // 128):
-        raise ValueError(f"scales must be [{m}, {kb}] (1x128 blocks) or [{(m + 127) // 128}, {kb}] "
-                         f"(128x128 blocks) for q of shape {tuple(q.shape)}, got {tuple(scales.shape)}")
-    return call(_dequantize_op, _dequantize_op_impl, q, scales, out_dtype, backend)
+    key = signature(("dequantize", q, scales, out_dtype, resolve_backend_name(backend), tuning.generation))
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan(q, scales)
+    if not _checked.get(key):
+        chk.tensor("q", q, dtypes=(FP8,), min_ndim=1)
+        chk.tensor("scales", scales, dtypes=(torch.float32,), ndim=2)
+        if out_dtype not in chk.FLOAT_DTYPES:
+            raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+        chk.same_device(q=q, scales=scales)
+        kk = q.shape[-1]
+        m = q.numel() // kk if kk else 0
+        kb = (kk + 127) // 128
+        if scales.shape[1] != kb or scales.shape[0] not in (m, (m + 127) // 128):
+            raise ValueError(f"scales must be [{m}, {kb}] (1x128 blocks) or [{(m + 127) // 128}, {kb}] "
+                             f"(128x128 blocks) for q of shape {tuple(q.shape)}, got {tuple(scales.shape)}")
+        _checked.put(key)
+    return _plans.record(key, call, _dequantize_op, _dequantize_op_impl, q, scales, out_dtype, backend)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,3 +75,24 @@ def test_bad_inputs():
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 12)
     with pytest.raises(TypeError, match="n must be an int"):
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 8.0)
+
+
+def test_repeat_calls_same_signature(device):
+    """Fresh inputs of one signature, call after call: on a GPU the second call onwards takes the
+    per-signature plan (direct launch), which must give the same bytes; a tensor whose storage
+    needs a copy (strided rows) must not be planned."""
+    from ltx_kernels import fp6
+
+    for _ in range(4):
+        x = _fp6_codes((6, 256), device)
+        xs = _fp6_codes((6, 512), device)[:, ::2]  # rows need a copy
+        for xx in (x, xs):
+            p = lk.fp6_pack(xx, backend="triton")
+            assert torch.equal(p, ref.fp6_pack(xx.contiguous()))
+            assert torch.equal(lk.fp6_unpack(p, 256, backend="triton"), xx)
+    if device.type == "cuda":
+        gen = fp6.tuning.generation
+        assert fp6._plans.get(fp6.signature(("fp6_pack", x, "triton", gen)))
+        assert fp6._plans.get(fp6.signature(("fp6_unpack", p, 256, "triton", gen)))
+        assert not fp6._plans.get(fp6.signature(("fp6_pack", xs, "triton", gen))), \
+            "a plan kept for rows that needed a copy"

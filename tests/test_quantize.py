@@ -283,3 +283,23 @@ def test_repeat_calls_same_signature(device):
         assert quantize._plans.get(quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "triton", gen)))
         assert not quantize._plans.get(quantize.signature(("quantize", xs, quantize.FP8_SCALE_MAX, False, "triton",
                                                            gen))), "a plan kept for rows that needed a copy"
+
+
+def test_dequantize_repeat_calls_same_signature(device):
+    """dequantize_blockwise call after call with fresh inputs of one signature (planned on a GPU
+    from the second call), both scale layouts, against the plain product."""
+    from ltx_kernels import quantize
+
+    for _ in range(4):
+        x = torch.randn(3, 7, 256, device=device, dtype=BF16) * 5
+        q, s = lk.quantize_blockwise(x)
+        want = q.float().view(21, 2, 128) * s.view(21, 2, 1)
+        assert torch.equal(lk.dequantize_blockwise(q, s).float(), want.view(3, 7, 256).to(BF16).float())
+        w = torch.randn(256, 384, device=device)
+        qw, sw = lk.quantize_weights_blockwise(w)
+        want_w = qw.float().view(2, 128, 3, 128) * sw.view(2, 1, 3, 1)
+        assert torch.equal(lk.dequantize_blockwise(qw, sw, out_dtype=torch.float32), want_w.view(256, 384))
+    if device.type == "cuda":
+        gen = quantize.tuning.generation
+        assert quantize._plans.get(quantize.signature(("dequantize", q, s, BF16, "auto", gen)))
+

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from .. import reference as ref
 from .. import tuning
-from . import cdiv
+from . import cdiv, direct_launcher
 
 
 @triton.jit
@@ -85,31 +85,39 @@ def _candidates():
 
 
 def _launch(kernel, src_words, dst_words, quads, cfg):
-    kernel[(cdiv(quads, cfg["BLOCK"]),)](src_words, dst_words, quads, BLOCK=cfg["BLOCK"],
-                                                num_warps=cfg["num_warps"])
+    grid = (cdiv(quads, cfg["BLOCK"]),)
+    args = (src_words, dst_words, quads, cfg["BLOCK"])
+    return direct_launcher(kernel[grid](*args, num_warps=cfg["num_warps"]), grid, args, 2)
 
 
 def _run(kind: str, kernel, src: torch.Tensor, dst: torch.Tensor, quads: int):
     if quads == 0:
-        return
+        return None
     sw, dw = src.view(torch.int32), dst.view(torch.int32)
     cfg = tuning.choose("fp6", (kind,), _HEURISTIC, _candidates,
                         lambda c: (lambda: _launch(kernel, sw, dw, quads, c)), device=src.device)
-    _launch(kernel, sw, dw, quads, cfg)
+    return _launch(kernel, sw, dw, quads, cfg)
 
 
-def fp6_pack(flat: torch.Tensor, out: torch.Tensor) -> None:
-    """flat: contiguous uint8 [E] (E % 4 == 0); out: uint8 [3E/4]."""
+def fp6_pack(flat: torch.Tensor, out: torch.Tensor):
+    """flat: contiguous uint8 [E] (E % 4 == 0); out: uint8 [3E/4]. Returns a direct launcher for
+    the int32 views of (flat, out) of the same signature when E % 16 == 0 (see
+    ``direct_launcher``), else None."""
     quads = flat.numel() // 16
-    _run("pack", _pack_kernel, flat[: quads * 16], out[: quads * 12], quads)
+    launch = _run("pack", _pack_kernel, flat[: quads * 16], out[: quads * 12], quads)
     if flat.numel() > quads * 16:
         out[quads * 12:] = ref.fp6_pack(flat[quads * 16:])
+        return None
+    return launch
 
 
-def fp6_unpack(flat: torch.Tensor, out: torch.Tensor) -> None:
-    """flat: contiguous uint8 [3E/4]; out: uint8 [E]."""
+def fp6_unpack(flat: torch.Tensor, out: torch.Tensor):
+    """flat: contiguous uint8 [3E/4]; out: uint8 [E]. Returns a direct launcher for the int32 views
+    of (flat, out) of the same signature when E % 16 == 0 (see ``direct_launcher``), else None."""
     quads = out.numel() // 16
-    _run("unpack", _unpack_kernel, flat[: quads * 12], out[: quads * 16], quads)
+    launch = _run("unpack", _unpack_kernel, flat[: quads * 12], out[: quads * 16], quads)
     if out.numel() > quads * 16:
         tail = out.numel() - quads * 16
         out[quads * 16:] = ref.fp6_unpack(flat[quads * 12:], tail)
+        return None
+    return launch

@@ -391,12 +391,14 @@ def quantize_weights(w, q, s, scale_max: float) -> None:
                                                    AMAX_FLOOR=ref.AMAX_FLOOR, num_warps=8)
 
 
-def dequantize(q2, scales, out2, rows_per_scale: int) -> None:
+def dequantize(q2, scales, out2, rows_per_scale: int):
+    """Returns a direct launcher for (q2, scales, out2) of the same signature (see
+    ``direct_launcher``), or None."""
     m, k = q2.shape
     if m == 0:
-        return
+        return None
     block_m, block_k = 8, 512
     grid = (cdiv(m, block_m), cdiv(k, block_k))
-    _dequantize_kernel[grid](q2, scales, out2, m, k, q2.stride(0), out2.stride(0), scales.stride(0),
-                             scales.stride(1), ROWS_PER_SCALE=rows_per_scale, BLOCK_M=block_m, BLOCK_K=block_k,
-                             num_warps=8)
+    args = (q2, scales, out2, m, k, q2.stride(0), out2.stride(0), scales.stride(0), scales.stride(1),
+            rows_per_scale, block_m, block_k)
+    return direct_launcher(_dequantize_kernel[grid](*args, num_warps=8), grid, args, 3)
