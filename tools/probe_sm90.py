@@ -3,7 +3,7 @@
 Checks each result against the fp32 reference on sampled rows, then times it (CUDA events,
 median). Prints one line per (shape, config) and writes JSON.
 
-    python bench/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...] [--triton] [--rounds R] [--graph]
+    python tools/probe_sm90.py [--json OUT.json] [--shapes 16384x4096x4096,...] [--triton] [--rounds R] [--graph]
 
 --splits 1,2,4 adds each config with its K cut into that many slices (split-K) as columns "BMxBNxCL/S".
 --triton adds the public backends through fp8_gemm_nt: "triton" (its cached / shipped / heuristic

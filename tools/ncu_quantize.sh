@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute profile of quantize_adanorm next to quantize_blockwise on [1, 32768, 4096] bf16
 # (same bytes moved; adanorm trails), one launch each with the shipped configs.
-#   bash bench/ncu_quantize.sh OUTDIR
+#   bash tools/ncu_quantize.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

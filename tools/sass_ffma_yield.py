@@ -6,10 +6,10 @@ with it). DeepGEMM reports 10 %+ from clearing both in part of such runs, so tha
 warpgroup's instructions (its wgmma issue) interleave with the FFMAs. This rewrites those bits in
 a binary in place (an executable or .so whose device code is not compressed):
 
-    python bench/sass_ffma_yield.py BINARY [--fraction 0.5] [--min-run 16]
+    python tools/sass_ffma_yield.py BINARY [--fraction 0.5] [--min-run 16]
 
 Per run of at least --min-run consecutive FFMAs, the first --fraction of them lose their reuse
-flags and get bit 45 = --yield-bit. Prints what it changed. Timing experiments only (bench/sm90_variants.sh).
+flags and get bit 45 = --yield-bit. Prints what it changed. Timing experiments only (tools/sm90_variants.sh).
 """
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 
 The H200 boosts to 1980 MHz when cool and settles lower once the power limit (700 W) bites, which
 an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel has two speeds:
-  burst      a few warm-up calls, then 30 timed calls (the protocol of the anchors file:
-             "medians of 20-30 timed runs after warm-up");
+  burst      a few warm-up calls, then 30 timed calls (medians of 20-30 timed runs after
+             warm-up: the protocol most published GEMM figures use);
   sustained  back-to-back calls for --sustain-ms first, then 30 timed calls (what a long
              generation run sees).
 Each row times our backends and the cuBLAS anchors in the same process, each call between CUDA
 events (median), with the SM clock sampled through NVML while the timed calls run.
 
-    python bench/gemm_protocols.py [--json OUT] [--shapes 16384x4096x4096,...] [--backends cuda,triton]
+    python tools/gemm_protocols.py [--json OUT] [--shapes 16384x4096x4096,...] [--backends cuda,triton]
 """
 import argparse
 import json

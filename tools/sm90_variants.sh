@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Time standalone SM90 GEMM builds (bench/sm90_standalone.cu, built into DIR beforehand as
-# DIR/sm90_<variant> by bench/sm90_build_standalone.sh) over shapes and tile configs; each run
+# Time standalone SM90 GEMM builds (tools/sm90_standalone.cu, built into DIR beforehand as
+# DIR/sm90_<variant> by tools/sm90_build_standalone.sh) over shapes and tile configs; each run
 # first checks its output. SUSTAIN_MS>0 also times each after that long of back-to-back launches.
-#   [SHAPES="16384x4096x4096 ..."] [SUSTAIN_MS=1500] bash bench/sm90_variants.sh DIR [variants] [configs]
+#   [SHAPES="16384x4096x4096 ..."] [SUSTAIN_MS=1500] bash tools/sm90_variants.sh DIR [variants] [configs]
 set -uo pipefail
 DIR=$1
 VARIANTS=${2:-$(cd "$DIR" && ls sm90_* | sed 's/^sm90_//' | tr '\n' ' ')}

@@ -2,7 +2,7 @@
 # Nsight Compute of GEMM kernels with the stall reasons, instruction mix and hottest SASS lines:
 # standalone SM90 binaries (variant:MxNxK:BM,BN,CL), cuBLAS blockwise _scaled_mm ("cublas:MxNxK")
 # and cuBLAS tensorwise _scaled_mm, the plain FP8 GEMM without per-block scales ("cublastw:MxNxK").
-# Clocks are left as they are.   bash bench/ncu_gemm.sh OUTDIR RUN...
+# Clocks are left as they are.   bash tools/ncu_gemm.sh OUTDIR RUN...
 set -uo pipefail
 OUTDIR=$1
 shift

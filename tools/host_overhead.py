@@ -2,7 +2,7 @@
 is never the bottleneck: what limits the eager GB/s of small calls. ``--profile`` adds a cProfile
 of the interleaved norm+rope call.
 
-    python bench/host_overhead.py [--profile]
+    python tools/host_overhead.py [--profile]
 """
 import argparse
 import cProfile

@@ -2,7 +2,7 @@
 (host and GPU overlapped), at LTX-2 sizes, next to the kernel's CUDA-graph replay time. When the
 two agree the call is GPU-bound. Also reports whether the per-signature plan was taken.
 
-    python bench/host_eager.py
+    python tools/host_eager.py
 """
 
 import torch
@@ -11,7 +11,7 @@ import triton.testing
 import ltx_kernels as lk
 from ltx_kernels import norm_rope
 
-from host_overhead import per_call_us as wall_us  # bench/ is the script's folder
+from host_overhead import per_call_us as wall_us  # tools/ is the script's folder (on sys.path when run as a script)
 
 
 def graph_us(fn):

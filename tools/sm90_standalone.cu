@@ -1,12 +1,14 @@
-// Standalone timing of the SM90 GEMM kernel (no torch): built with nvcc alone, so that variants
-// can be compiled on a CPU machine and timed on the GPU in one call. Random e4m3 operands,
-// non-trivial scales and bias; the first run is checked (every output written, nothing past M,
-// 512 sampled outputs against a host reference); CUDA-event medians.
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 [-DLTX_SM90_TIMING_NO_PROMOTE]
-//        [-DLTX_SM90_TIMING_NO_EPILOGUE] bench/sm90_standalone.cu -o sm90_standalone
-//   [LTX_SM90_DATA=full] [LTX_SM90_SUSTAIN_MS=2000] ./sm90_standalone M N K BM BN CLUSTER [reps]
-// -DLTX_SM90_CLOCK_PROBE adds the SM clock of the timed runs (CTA 0's cycles over elapsed time).
-#include "../csrc/gemm_sm90/fp8_gemm_sm90_kernel.cu"
+// Standalone timing of the SM90 GEMM kernel (no torch): built with nvcc alone, so that kernel
+// sources (this checkout's or another's) can be compiled on a CPU machine and timed on the GPU in
+// one go. Random e4m3 operands, non-trivial scales and bias; the first run is checked (every
+// output written, nothing past M, 512 sampled outputs against a host reference); CUDA-event
+// medians, and the median SM clock NVML reported right after each timed run.
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 tools/sm90_standalone.cu -o sm90_standalone
+//   [LTX_SM90_DATA=full] [LTX_SM90_SUSTAIN_MS=2000] [LTX_SM90_CHECK=0] ./sm90_standalone M N K BM BN CLUSTER [reps]
+// LTX_SM90_CHECK=0 skips the check, for kernel builds that compute wrong results on purpose.
+#include "fp8_gemm_sm90_kernel.cu"  // from the -I folder: the kernel of this or another checkout
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +45,31 @@ static float e4m3_value(uint8_t v) {
   const float mag = e == 0 ? std::ldexp(m / 8.f, -6) : std::ldexp(1.f + m / 8.f, e - 7);
   return sign ? -mag : mag;
 }
+
+// The SM clock in MHz as NVML reports it (libnvidia-ml is opened at run time: no link-time
+// dependency); 0 when NVML is not available.
+struct SmClock {
+  using Init = int (*)();
+  using ByBus = int (*)(const char*, void**);
+  using Clock = int (*)(void*, int, unsigned*);
+  Clock clock = nullptr;
+  void* dev = nullptr;
+  SmClock() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!lib) return;
+    auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+    auto by_bus = reinterpret_cast<ByBus>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock = reinterpret_cast<Clock>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    char bus[32] = {};
+    if (!init || !by_bus || !clock || init() != 0 || cudaDeviceGetPCIBusId(bus, sizeof(bus), 0) != cudaSuccess ||
+        by_bus(bus, &dev) != 0)
+      clock = nullptr;
+  }
+  float mhz() const {
+    unsigned v = 0;
+    return clock && clock(dev, /*NVML_CLOCK_SM*/ 1, &v) == 0 ? float(v) : 0.f;
+  }
+};
 
 static float bf16_value(uint16_t v) {
   uint32_t u = uint32_t(v) << 16;
@@ -111,9 +138,8 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   // check: every output written, nothing past M, sampled outputs against a host reference
   const char* verdict = "ok";
-#ifndef LTX_SM90_TIMING_NO_EPILOGUE
-#ifndef LTX_SM90_TIMING_NO_PROMOTE
-  {
+  const char* check_env = std::getenv("LTX_SM90_CHECK");
+  if (!check_env || std::strcmp(check_env, "0") != 0) {
     std::vector<uint16_t> h_d(size_t(M + kPad) * N);
     std::vector<uint8_t> h_a(size_t(M) * K), h_b(size_t(N) * K);
     CHECK(cudaMemcpy(h_d.data(), d, h_d.size() * 2, cudaMemcpyDeviceToHost));
@@ -142,8 +168,6 @@ int main(int argc, char** argv) {
     if (unwritten || past_m || !(rel < 3e-3)) verdict = "WRONG";
     std::printf("check %s: %zu unwritten, %zu written past M, rel err %.2e\n", verdict, unwritten, past_m, rel);
   }
-#endif
-#endif
   for (int i = 0; i < 4; ++i) run();
   CHECK(cudaDeviceSynchronize());
   // LTX_SM90_SUSTAIN_MS: launch back to back for that long first, so that the timed runs see the
@@ -165,6 +189,7 @@ int main(int argc, char** argv) {
       spent += ms1;
     }
   }
+  const SmClock sm_clock;
   std::vector<float> ms(reps), mhz(reps, 0.f);
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
@@ -175,24 +200,9 @@ int main(int argc, char** argv) {
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
-#ifdef LTX_SM90_CLOCK_PROBE
-    unsigned long long probe[2];
-    CHECK(cudaMemcpyFromSymbol(probe, ltx_gemm_sm90::g_clock_probe, sizeof(probe)));
-    mhz[i] = probe[1] ? float(double(probe[0]) / double(probe[1]) * 1e3) : 0.f;
-#endif
+    mhz[i] = sm_clock.mhz();
   }
   CHECK(cudaGetLastError());
-#ifdef LTX_SM90_TRACE  // the last run's trace of CTA 0, raw, to LTX_SM90_TRACE_FILE (bench/sm90_trace.py reads it)
-  if (const char* path = std::getenv("LTX_SM90_TRACE_FILE")) {
-    static unsigned int tr[3 * 4 * 24 * 2 * 6], tp[24];  // the kernel's g_trace and g_trace_producer
-    CHECK(cudaMemcpyFromSymbol(tr, ltx_gemm_sm90::g_trace, sizeof(tr)));
-    CHECK(cudaMemcpyFromSymbol(tp, ltx_gemm_sm90::g_trace_producer, sizeof(tp)));
-    FILE* f = std::fopen(path, "wb");
-    std::fwrite(tr, sizeof(tr), 1, f);
-    std::fwrite(tp, sizeof(tp), 1, f);
-    std::fclose(f);
-  }
-#endif
   std::sort(ms.begin(), ms.end());
   std::sort(mhz.begin(), mhz.end());
   const double med = ms[reps / 2];

@@ -2,7 +2,7 @@
 blockwise ``_scaled_mm``: a quick look before a full warmup. Prints one line per (shape, config),
 flushed, so a compiler crash still leaves the lines before it.
 
-    python bench/probe_gemm.py
+    python tools/probe_gemm.py
 """
 import sys
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute view of the SM90 GEMM at 16384x4096x4096, one launch per tile config: speed of
 # light (tensor pipe, L2, DRAM) and the memory workload. Clocks are left as they are.
-#   bash bench/ncu_sm90.sh OUTDIR [configs]     configs: "256,128,2 128,128,1" (default)
+#   bash tools/ncu_sm90.sh OUTDIR [configs]     configs: "256,128,2 128,128,1" (default)
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 CONFIGS=${2:-"256,128,2 128,128,1"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SM90 GEMM evidence on an H100/H200: SASS (QGMMA), ptxas registers/smem, memcheck on a small shape.
-#   bash bench/sm90_check.sh OUTDIR
+#   bash tools/sm90_check.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"

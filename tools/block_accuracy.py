@@ -6,7 +6,7 @@ RoPE -> attention -> output projection -> gated residual -> AdaLN -> FFN 4096->1
 "bf16" uses nn.Linear in bf16; "fp8"/"fp6" swap every linear for BlockwiseFP8Linear /
 BlockwiseFP6Linear fed by the package's fused producers (quantize_adanorm, GELU+quantize).
 
-    python bench/block_accuracy.py [--tokens 1024] [--json out.json] [--time]
+    python tools/block_accuracy.py [--tokens 1024] [--json out.json] [--time]
 
 Reports, against an fp32 run of the same block: relative error (Frobenius) of the attention
 branch (output projection), of the FFN branch and of the block output, for bf16, FP8 and FP6. ``--time`` (GPU) adds the median
