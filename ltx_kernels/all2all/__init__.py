@@ -27,7 +27,6 @@ kernels and the barrier are tested on a single GPU.
 """
 from __future__ import annotations
 
-import datetime
 import itertools
 import math
 import socket
@@ -35,44 +34,20 @@ import weakref
 
 import torch
 
-from . import _checks as chk
-from . import _ext
-from ._dispatch import BackendUnavailable, resolve_backend_name
+from .. import _checks as chk
+from .. import _ext
+from .._dispatch import BackendUnavailable, resolve_backend_name
+from . import _ops
+from ._buffers import CudaIpcBackend, release
+from ._common import DEFAULT_TIMEOUT_S, DTYPES, MAX_WORLD, All2AllTimeout, dist
+from ._torch_backend import TorchBackend
 
-DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
-MAX_WORLD = 8
-DEFAULT_TIMEOUT_S = 10.0
-_OPS = {"send_recv_heads": 0, "gather_heads": 1, "allgather": 2}
-_PHASES = {1: "entry handshake: it never became ready to receive", 2: "its data never arrived"}
+__all__ = ["All2All", "All2AllTimeout", "DEFAULT_TIMEOUT_S", "DTYPES", "MAX_WORLD"]
 
-
-class All2AllTimeout(TimeoutError):
-    """A peer did not arrive in time. ``peer`` is its rank (None when unknown)."""
-
-    def __init__(self, msg: str, peer: int | None = None):
-        super().__init__(msg)
-        self.peer = peer
-
-
-_registry: dict[int, "All2All"] = {}
 _ids = itertools.count()
 
 
-def _dist():
-    import torch.distributed as dist
-
-    return dist
-
-
-def _prefix(counts):
-    out, acc = [], 0
-    for c in counts:
-        out.append(acc)
-        acc += c
-    return out, acc
-
-
-class All2All:
+class All2All(CudaIpcBackend, TorchBackend):
     """``All2All(rank, world_size, seqlen, hidden_dim, num_sms, tensor_dtype, group=None,
     timeout_seconds=None, *, device=None, backend="auto")``.
 
@@ -111,10 +86,9 @@ class All2All:
             self._setup_cuda_local(_local_peers)
         else:
             if world_size > 1:
-                dist = _dist()
-                if not dist.is_available() or not dist.is_initialized():
+                if not dist().is_available() or not dist().is_initialized():
                     raise ValueError("world_size > 1 needs torch.distributed initialised (or All2All.local_ranks)")
-                gw, gr = dist.get_world_size(group), dist.get_rank(group)
+                gw, gr = dist().get_world_size(group), dist().get_rank(group)
                 if gw != world_size or gr != rank:
                     raise ValueError(f"rank/world_size ({rank}/{world_size}) disagree with the group ({gr}/{gw})")
             infos = self._exchange(self._info())
@@ -122,8 +96,8 @@ class All2All:
             if self.backend == "cuda":
                 self._setup_cuda_ipc(infos)
         self.comm_id = next(_ids)
-        _registry[self.comm_id] = self
-        self._finalizer = weakref.finalize(self, _release, self._ext, self._base, list(self._opened),
+        _ops.registry[self.comm_id] = self
+        self._finalizer = weakref.finalize(self, release, self._ext, self._base, list(self._opened),
                                            self._host_err, self.device.index)
 
     # ------------------------------------------------------------------ construction helpers
@@ -145,9 +119,8 @@ class All2All:
     def _exchange(self, obj):
         if self.world_size == 1:
             return [obj]
-        dist = _dist()
         out = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self.group)
+        dist().all_gather_object(out, obj, group=self.group)
         return out
 
     def _choose_backend(self, backend, infos):
@@ -166,33 +139,6 @@ class All2All:
             raise BackendUnavailable(f"All2All: backend {backend!r} cannot run here: {'; '.join(reasons[backend])}")
         return backend
 
-    def cuda_reasons(self, infos) -> list:
-        r = []
-        bad_ext = [i["ext"] for i in infos if i["ext"]]
-        if bad_ext:
-            r.append(bad_ext[0])
-        if any(not i["device"].startswith("cuda") for i in infos):
-            r.append("needs every rank on a CUDA device")
-        if len({i["host"] for i in infos}) > 1:
-            r.append("ranks span several hosts (CUDA IPC is single-node)")
-        if self.world_size > MAX_WORLD:
-            r.append(f"world_size {self.world_size} > {MAX_WORLD}")
-        if self.num_sms < self.world_size:
-            r.append(f"num_sms={self.num_sms} < world_size={self.world_size} (each target needs a CTA)")
-        if not r and self.device.type == "cuda":
-            idx = {int(i["device"].split(":")[1]) for i in infos}
-            me = self.device.index
-            blocked = [d for d in idx if d != me and not torch.cuda.can_device_access_peer(me, d)]
-            if blocked:
-                r.append(f"no peer access from cuda:{me} to {['cuda:%d' % d for d in blocked]}")
-        return r
-
-    def torch_reasons(self) -> list:
-        if self.world_size == 1:
-            return []
-        dist = _dist()
-        return [] if dist.is_available() and dist.is_initialized() else ["torch.distributed is not initialised"]
-
     @staticmethod
     def run_local(ranks, streams, op, inputs, **kwargs):
         """Issue ``op`` for every rank of :meth:`local_ranks` on its own stream (their kernels
@@ -206,41 +152,6 @@ class All2All:
         for s in streams:
             main.wait_stream(s)
         return outs
-
-    def _setup_cuda_common(self):
-        mod, why = _ext.load("_C_all2all")
-        if mod is None:
-            raise BackendUnavailable(f"All2All: backend 'cuda' cannot run here: {why}")
-        if self.device.type != "cuda":
-            raise ValueError(f"the cuda backend needs a CUDA device, got {self.device}")
-        self._ext = mod
-        self._base = mod.alloc_block(self.capacity, self.device.index)
-        self._host_err = mod.host_error_alloc()
-        self._buf = mod.buffer_view(self._base, self.capacity, self.device.index)
-
-    def _setup_cuda_local(self, shared):
-        if self.world_size > MAX_WORLD:
-            raise ValueError(f"world_size must be <= {MAX_WORLD}, got {self.world_size}")
-        if self.num_sms < self.world_size:
-            raise ValueError(f"num_sms must be >= world_size ({self.world_size}), got {self.num_sms}")
-        self._setup_cuda_common()
-        shared["bases"][self.rank] = self._base
-        self._bases = shared["bases"]  # filled in by the other ranks' constructors
-
-    def _setup_cuda_ipc(self, infos):
-        self._setup_cuda_common()
-        handles = self._exchange(self._ext.ipc_handle(self._base, self.device.index))
-        bases = []
-        for r, h in enumerate(handles):
-            if r == self.rank:
-                bases.append(self._base)
-            else:
-                ptr = self._ext.ipc_open(h, self.device.index)
-                self._opened.append(ptr)
-                bases.append(ptr)
-        self._bases = bases
-        if self.world_size > 1:  # every rank has opened every peer before anyone launches
-            _dist().barrier(group=self.group)
 
     # ------------------------------------------------------------------ configuration
     def set_rank_tokens(self, rank_num_tokens):
@@ -280,7 +191,7 @@ class All2All:
 
     def _check_fits(self, op, x):
         """Every rank's output of ``op`` (the largest one, for uneven counts) must fit its buffer."""
-        shapes = [_out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)]
+        shapes = [_ops.out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)]
         sizes = [math.prod(s) for s in shapes]
         shape = shapes[sizes.index(max(sizes))]
         nbytes = max(sizes) * x.element_size()
@@ -292,22 +203,22 @@ class All2All:
         """``[B, c_r, H, D]`` -> ``[B, T, H/W, D]`` (this rank's heads of every token)."""
         x = self._check_x("x", x, self.counts[self.rank], True)
         self._check_fits("send_recv_heads", x)
-        return _call("send_recv_heads", x, self, copy_out)
+        return _ops.call("send_recv_heads", x, self, copy_out)
 
     def gather_heads(self, x, *, copy_out=False):
         """``[B, T, H/W, D]`` -> ``[B, c_r, H, D]``, the inverse of send_recv_heads."""
         x = self._check_x("x", x, sum(self.counts), False)
         self._check_fits("gather_heads", x)
-        return _call("gather_heads", x, self, copy_out)
+        return _ops.call("gather_heads", x, self, copy_out)
 
     def allgather(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H, D]``."""
         x = self._check_x("x", x, self.counts[self.rank], False)
         self._check_fits("allgather", x)
-        return _call("allgather", x, self, copy_out)
+        return _ops.call("allgather", x, self, copy_out)
 
     def out_shape(self, op, shape):
-        return _out_shape(op, shape, self.counts, self.rank)
+        return _ops.out_shape(op, shape, self.counts, self.rank)
 
     # ------------------------------------------------------------------ errors and teardown
     def check(self):
@@ -316,20 +227,9 @@ class All2All:
             torch.cuda.current_stream(self.device).synchronize()
             self._raise_if_failed()
 
-    def _raise_if_failed(self):
-        if self.broken is not None:
-            raise self.broken
-        code, peer, phase, epoch = self._ext.host_error_read(self._host_err)
-        if code:
-            self.broken = All2AllTimeout(
-                f"All2All rank {self.rank}: peer rank {peer} did not arrive within {self.timeout_seconds:g}s "
-                f"({_PHASES.get(phase, phase)}; op #{epoch} of this instance). The kernel exited, the CUDA "
-                f"context is fine; destroy this instance and build a new one.", int(peer))
-            raise self.broken
-
     def destroy(self):
         """Free the buffer (call on every rank once no op is in flight anywhere)."""
-        _registry.pop(getattr(self, "comm_id", None), None)
+        _ops.registry.pop(getattr(self, "comm_id", None), None)
         if self._finalizer.alive:
             self._finalizer()
 
@@ -343,132 +243,3 @@ class All2All:
     def __repr__(self):
         return (f"All2All(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, "
                 f"device={self.device}, dtype={self.dtype}, counts={self.counts})")
-
-    # ------------------------------------------------------------------ backends
-    def _run_cuda(self, op, x, copy_out):
-        self._raise_if_failed()
-        shape = self.out_shape(op, x.shape)
-        heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
-        self._ext.launch(_OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
-                         self.num_sms, self.timeout_seconds, self._host_err)
-        out = self._buf[: math.prod(shape) * x.element_size()].view(self.dtype).view(shape)
-        return out.clone() if copy_out else out
-
-    def _wait(self, work, what):
-        if work is None:
-            return
-        if self.device.type == "cpu":  # gloo honours a per-op timeout; NCCL would block the host for it
-            try:
-                # a zero timedelta is not a defined deadline for work.wait: the smallest positive one keeps 0's meaning
-                work.wait(timeout=datetime.timedelta(seconds=min(max(self.timeout_seconds, 1e-3), 1e9)))
-            except RuntimeError as e:
-                msg = str(e).lower()
-                if "timed out" in msg or "timeout" in msg or "connection" in msg:
-                    self.broken = All2AllTimeout(
-                        f"All2All rank {self.rank}: torch.distributed {what} did not complete within "
-                        f"{self.timeout_seconds:g}s: a peer did not arrive ({str(e)[:200]})")
-                    raise self.broken from e
-                raise
-        else:
-            work.wait()
-
-    def _run_torch(self, op, x, copy_out):
-        w, r, counts = self.world_size, self.rank, self.counts
-        offs, t = _prefix(counts)
-        b, n, h, d = x.shape
-        if w == 1:
-            out = x if op != "gather_heads" else x.view(b, n, h, d)
-            return out.clone()
-        dist = _dist()
-        raw = lambda u: u.contiguous().view(torch.uint8).reshape(-1)  # noqa: E731  (gloo has no fp8)
-        per_tok = h * d * x.element_size()
-        if op == "send_recv_heads":
-            hpr = h // w
-            inp = x.view(b, n, w, hpr, d).permute(2, 0, 1, 3, 4)
-            out = torch.empty(b * t * hpr * d * x.element_size(), dtype=torch.uint8, device=x.device)
-            tok = hpr * d * x.element_size()
-            work = dist.all_to_all_single(out, raw(inp), [b * c * tok for c in counts], [b * n * tok] * w,
-                                          group=self.group, async_op=True)
-            self._wait(work, "all_to_all_single")
-            parts = torch.split(out, [b * c * tok for c in counts])
-            return torch.cat([p.view(self.dtype).view(b, c, hpr, d) for p, c in zip(parts, counts)], dim=1)
-        if op == "gather_heads":
-            hpr, c_r = h, counts[r]
-            tok = hpr * d * x.element_size()
-            inp = torch.cat([raw(x[:, offs[s]:offs[s] + counts[s]]) for s in range(w)])
-            out = torch.empty(w * b * c_r * tok, dtype=torch.uint8, device=x.device)
-            work = dist.all_to_all_single(out, inp, [b * c_r * tok] * w, [b * c * tok for c in counts],
-                                          group=self.group, async_op=True)
-            self._wait(work, "all_to_all_single")
-            blocks = out.view(self.dtype).view(w, b, c_r, hpr, d)
-            return blocks.permute(1, 2, 0, 3, 4).reshape(b, c_r, w * hpr, d)
-        cmax = max(counts)
-        pad = torch.zeros(b, cmax, h, d, dtype=x.dtype, device=x.device)
-        pad[:, :n] = x
-        gathered = [torch.empty(b * cmax * per_tok, dtype=torch.uint8, device=x.device) for _ in range(w)]
-        work = dist.all_gather(gathered, raw(pad), group=self.group, async_op=True)
-        self._wait(work, "all_gather")
-        return torch.cat([g.view(self.dtype).view(b, cmax, h, d)[:, :c] for g, c in zip(gathered, counts)], dim=1)
-
-
-def _release(ext, base, opened, host_err, device_index):
-    if ext is None:
-        return
-    try:
-        torch.cuda.synchronize(device_index)
-        for p in opened:
-            ext.ipc_close(p, device_index)
-        if base is not None:
-            ext.free_block(base, device_index)
-        if host_err is not None:
-            ext.host_error_free(host_err)
-    except Exception:  # teardown at interpreter exit: nothing left to report to
-        pass
-
-
-# ---------------------------------------------------------------------------------------------
-# torch.library ops (fakes give the exact shapes for uneven counts, so torch.compile traces them)
-
-def _impl(op):
-    def run(x: torch.Tensor, comm_id: int, counts: list[int], rank: int, copy_out: bool) -> torch.Tensor:
-        inst = _registry[comm_id]
-        if inst.backend == "cuda":
-            return inst._run_cuda(op, x, copy_out)
-        return inst._run_torch(op, x, copy_out)
-
-    return run
-
-
-def _out_shape(op, shape, counts, rank):
-    """The output shape of ``op`` on rank ``rank`` for an input ``shape``: one rule for the real
-    ops and their fakes, exact for uneven counts."""
-    b, n, h, d = shape
-    w, t = len(counts), sum(counts)
-    if op == "send_recv_heads":
-        return (b, t, h // w, d)
-    if op == "gather_heads":
-        return (b, counts[rank], h * w, d)
-    return (b, t, h, d)
-
-
-def _fake(op):
-    def fake(x, comm_id, counts, rank, copy_out):
-        return x.new_empty(_out_shape(op, x.shape, counts, rank))
-
-    return fake
-
-
-_custom = {}
-for _op in _OPS:
-    _impl_fn = _impl(_op)
-    _c = torch.library.custom_op(f"ltx_kernels::all2all_{_op}", _impl_fn, mutates_args=())
-    _c.register_fake(_fake(_op))
-    _custom[_op] = (_c, _impl_fn)
-
-
-def _call(op, x, inst, copy_out):
-    c, impl = _custom[op]
-    args = (x, inst.comm_id, list(inst.counts), inst.rank, bool(copy_out))
-    if torch.compiler.is_compiling():
-        return c(*args)
-    return impl(*args)
