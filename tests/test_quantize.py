@@ -144,8 +144,8 @@ def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     m = b * t
     q = torch.empty(b, t, h, device=device, dtype=torch.float8_e4m3fn)
     sbuf = kq.scale_buffer(m, h // 128, device)
-    lead = x.shape[:-1]
-    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead),
+    leading = x.shape[:-1]
+    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, leading), chk.two_level_rows(shift, leading),
                         q.view(m, h), sbuf, 1e-6, 448.0, cfg=dict(cfg, num_warps=4))
     s = sbuf.t()[:m]
     qr, sr = ref.quantize_adanorm(x, scale, shift)
