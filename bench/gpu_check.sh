@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
+# One run on a GPU machine: build, GPU tests, autotune warmup, main job, benchmarks.
 #   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
 #   build,tests,sm90,memcheck,warmup,probe,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). sm90: the SM90 GEMM's tests, every tile config
-#   next to cuBLAS (bench/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per eager call.
-#   standalone: prebuilt standalone SM90 binaries (bench/sm90_build_standalone.sh into
+#   next to cuBLAS (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per eager call.
+#   standalone: prebuilt standalone SM90 binaries (tools/sm90_build_standalone.sh into
 #   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
-#   ncu: Nsight Compute of standalone binaries and cuBLAS (bench/ncu_gemm.sh, $NCU_RUNS).
+#   ncu: Nsight Compute of standalone binaries and cuBLAS (tools/ncu_gemm.sh, $NCU_RUNS).
 #   protocols: GEMM backends next to cuBLAS, burst and sustained, with the SM clock
-#   (bench/gemm_protocols.py). probe: bench/probe_sm90.py with $PROBE_ARGS (after warmup, so the
+#   (tools/gemm_protocols.py). probe: tools/probe_sm90.py with $PROBE_ARGS (after warmup, so the
 #   Triton column uses the configs it tuned).
 # The build runs in the background while the phases that need no extension (standalone, ncu) use
 # the GPU. Writes logs and JSON under OUTDIR; prints a short table last. BENCH_K="expr" selects
@@ -52,14 +52,14 @@ built() {  # wait for the background build once, before the first phase that imp
 }
 if has standalone; then
   stamp standalone
-  SUSTAIN_MS=${SUSTAIN_MS:-1500} bash bench/sm90_variants.sh "${SM90_BIN:-.carry/sm90bin}" "${SM90_VARIANTS:-}" \
+  SUSTAIN_MS=${SUSTAIN_MS:-1500} bash tools/sm90_variants.sh "${SM90_BIN:-.carry/sm90bin}" "${SM90_VARIANTS:-}" \
     "${SM90_CONFIGS:-256,128,1 128,128,1 128,128,2}" > "$OUTDIR/standalone.log" 2>&1
   sed 's/check ok: 0 unwritten, 0 written past M, //' "$OUTDIR/standalone.log" | cut -c1-150
 fi
 if has ncu; then
   stamp ncu
   # variant:MxNxK:BM,BN,CL of the standalone binaries, or cublas:MxNxK
-  bash bench/ncu_gemm.sh "$OUTDIR" ${NCU_RUNS:-new:16384x4096x4096:256,128,1 cublas:16384x4096x4096}
+  bash tools/ncu_gemm.sh "$OUTDIR" ${NCU_RUNS:-new:16384x4096x4096:256,128,1 cublas:16384x4096x4096}
 fi
 if has tests; then
   built
@@ -72,13 +72,13 @@ if has sm90; then
   stamp sm90
   timeout 150 python3 -m pytest tests/test_gemm_sm90.py -q -p no:cacheprovider > "$OUTDIR/sm90_tests.log" 2>&1; echo "sm90 tests rc=$? (124: timed out, a hang)"
   tail -3 "$OUTDIR/sm90_tests.log"
-  timeout 240 python3 bench/probe_sm90.py --json "$OUTDIR/probe_sm90.json" 2>&1 | tee "$OUTDIR/probe_sm90.log"
-  bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
+  timeout 240 python3 tools/probe_sm90.py --json "$OUTDIR/probe_sm90.json" 2>&1 | tee "$OUTDIR/probe_sm90.log"
+  bash tools/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
 fi
 if has memcheck && ! has sm90; then
   built
   stamp memcheck
-  bash bench/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
+  bash tools/sm90_check.sh "$OUTDIR" 2>&1 | tee "$OUTDIR/sm90_check.log"
 fi
 if has warmup; then
   built
@@ -89,7 +89,7 @@ fi
 if has probe; then
   built
   stamp probe
-  timeout ${PROBE_TIMEOUT:-300} python3 bench/probe_sm90.py --json "$OUTDIR/probe.json" ${PROBE_ARGS:-} 2>&1 | tee "$OUTDIR/probe.log"
+  timeout ${PROBE_TIMEOUT:-300} python3 tools/probe_sm90.py --json "$OUTDIR/probe.json" ${PROBE_ARGS:-} 2>&1 | tee "$OUTDIR/probe.log"
 fi
 if has main; then
   built
@@ -104,24 +104,24 @@ if has bench; then
   timeout -s INT "${BENCH_TIMEOUT:-0}" python3 -m pytest bench -q -p no:cacheprovider --benchmark-json="$OUTDIR/bench.json" \
     ${BENCH_ARGS:-} ${BENCH_K:+-k "$BENCH_K"} > "$OUTDIR/bench.log" 2>&1; echo "bench rc=$?"
   tail -3 "$OUTDIR/bench.log"
-  python3 bench/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
+  python3 tools/summarize.py "$OUTDIR/bench.json" | tee "$OUTDIR/summary.md"
 fi
 if has block; then
   built
   stamp block
-  python3 bench/block_accuracy.py --tokens ${BLOCK_TOKENS:-8192} --time --json "$OUTDIR/block_accuracy.json" \
+  python3 tools/block_accuracy.py --tokens ${BLOCK_TOKENS:-8192} --time --json "$OUTDIR/block_accuracy.json" \
     > "$OUTDIR/block.log" 2>&1; echo "block rc=$?"
   tail -4 "$OUTDIR/block.log"
 fi
 if has host; then
   built
   stamp host
-  python3 bench/host_overhead.py 2>&1 | tee "$OUTDIR/host_overhead.log"
+  python3 tools/host_overhead.py 2>&1 | tee "$OUTDIR/host_overhead.log"
 fi
 if has protocols; then
   built
   stamp protocols
-  python3 bench/gemm_protocols.py --json "$OUTDIR/protocols.json" ${PROTOCOL_ARGS:-} 2>&1 | tee "$OUTDIR/protocols.log"
+  python3 tools/gemm_protocols.py --json "$OUTDIR/protocols.json" ${PROTOCOL_ARGS:-} 2>&1 | tee "$OUTDIR/protocols.log"
 fi
 built
 stamp done

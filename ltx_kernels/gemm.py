@@ -68,12 +68,14 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 
 
 # The SM90 kernel's instantiations, (block_m, block_n, cluster), with the relative rate of one SM on
-# a tile of each (output elements per unit time), from the standalone harness on the H200 at
-# 16384x4096x4096 and 16384x16384x4096, burst and sustained, configs alternated in one call:
+# a tile of each (output elements per unit time), measured on the H200 with the standalone harness
+# at 16384x4096x4096 and 16384x16384x4096, burst and sustained, configs alternated in one run:
 # 192x128 (three consumers of one wave) 1.02-1.07x 256x128 (two consumers of two 64-row waves),
-# mean 1.04, and 128x128 0.92-0.95x (bench/results/2026-12-03-h200-session9/call4/standalone.log);
-# against 192x128: the 2-CTA clusters (A multicast) 256x128 0.92-0.96x and 128x128 0.84-0.88x,
-# 128x192 0.83-0.86x (bench/results/2026-12-03-h200-session10/call1/standalone.log, call2/).
+# 128x128 0.92-0.95x; against 192x128, the 2-CTA clusters (A multicast) 256x128 0.92-0.96x and
+# 128x128 0.84-0.88x, 128x192 0.79-0.86x. To measure them again on a GPU:
+#   bash tools/sm90_build_standalone.sh DIR new= && SUSTAIN_MS=600 SHAPES="16384x4096x4096 16384x16384x4096" \
+#     bash tools/sm90_variants.sh DIR new "192,128,1 256,128,1 128,128,1 256,128,2 128,128,2 128,192,1"
+# (docs/sm90-gemm.md, "Tile configs", has the data and the runs it comes from).
 SM90_TILES = {
     (256, 128, 1): 1.00,
     (192, 128, 1): 1.04,

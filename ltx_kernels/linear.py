@@ -44,10 +44,10 @@ def linear_forward(x, weight_fp8, weight_scale, bias, backend="auto"):
         q, scales = quantize_blockwise(x, backend=backend)
     if q.shape[-1] != k:
         raise ValueError(f"the input's last dim must be in_features={k}, got shape {tuple(q.shape)}")
-    lead = q.shape[:-1]
+    leading = q.shape[:-1]
     q2 = q.reshape(-1, k)
     y = fp8_gemm_nt(q2, scales, weight_fp8, weight_scale, bias, backend=backend)
-    return y.view(*lead, weight_fp8.shape[0])
+    return y.view(*leading, weight_fp8.shape[0])
 
 
 class BlockwiseLinear(nn.Module):

@@ -47,7 +47,7 @@ def assert_codes_equal(q: torch.Tensor, qr: torch.Tensor):
     assert not diff.any(), f"{int(diff.sum())} of {q.numel()} fp8 codes differ"
 
 
-# Blockwise FP8 GEMM operands and the issue's oracle, shared by the Triton and SM90 GEMM tests
+# Blockwise FP8 GEMM operands and the dequantized-operand oracle, shared by the Triton and SM90 GEMM tests
 
 def gemm_operands(m, n, k, device, zero_blocks=False):
     a = torch.randn(m, k, device=device) * torch.rand(m, 1, device=device) * 10
@@ -65,7 +65,7 @@ def rel_err(d, want):
 
 
 def gemm_reference(qa, sa, qb, sb, bias):
-    """fp32 reference of the dequantized operands (the issue's oracle)."""
+    """fp32 product of the dequantized operands (each code times its block's scale), plus the bias."""
     m, k = qa.shape
     a = qa.float() * ref.expand_scales(sa, m, k)
     b = qb.float() * ref.expand_scales(sb, qb.shape[0], k)

@@ -128,12 +128,37 @@ def _block_inputs(device, b, t, nh=2, dh=128):
     return x, cos, sin, scale, shift
 
 
-def test_block_fullgraph_compile_matches_eager(device):
+def _block_float64(blk, x, cos, sin, scale, shift):
+    """The block in float64 with each layer's own (dequantized) weights and unquantized
+    activations: an oracle independent of the package's kernels and reference."""
+    def lin(layer, a):
+        w = layer.fp8weight.double() * layer.weight_scale.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+        return a @ w.t() + layer.bias.double()
+
+    def rms(v):
+        return v / (v.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+
+    xd = x.double()
+    b, t, h = x.shape
+    nh = cos.shape[1]
+    dh = h // nh
+    y = (rms(lin(blk.q, xd)) * blk.norm_w.double()).view(b, t, nh, dh)
+    c, s = cos.double().transpose(1, 2), sin.double().transpose(1, 2)
+    y1, y2 = y[..., : dh // 2], y[..., dh // 2:]
+    q = torch.cat((y1 * c - y2 * s, y2 * c + y1 * s), dim=-1).view(b, t, h)
+    a = lin(blk.ff_in, rms(xd) * (1 + scale.double()) + shift.double())
+    gelu = 0.5 * a * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (a + 0.044715 * a.pow(3))))
+    return q + lin(blk.ff_out, gelu)
+
+
+def test_block_fullgraph_compile_against_float64(device):
     blk = _Block(device)
     args = _block_inputs(device, 1, 3)
-    eager = blk(*args)
     compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")(*args)
-    assert torch.equal(eager, compiled)
+    want = _block_float64(blk, *args)
+    # FP8 activations (3 mantissa bits) between the layers: a few % of the output's norm
+    rel = float((compiled.double() - want).norm() / want.norm())
+    assert compiled.shape == want.shape and rel < 0.06, rel
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

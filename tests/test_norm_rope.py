@@ -121,10 +121,22 @@ def test_empty_tokens(device):
     assert lk.rms_norm_split_rope(x, c, s, backend="triton").shape == x.shape
 
 
-def test_torch_backend_matches_reference(device):
-    x = torch.randn(2, 3, 256, device=device, dtype=BF16)
-    c, s = _split_freqs(1, 3, 2, 128, device)
-    assert torch.equal(lk.rms_norm_split_rope(x, c, s, backend="torch"), ref.rms_norm_split_rope(x, c, s))
+def test_torch_backend_against_float64(device):
+    """The torch backend (the reference the Triton kernels are compared with) against an
+    independent float64 oracle: RMSNorm over the hidden size, the weights, then each head's two
+    halves rotated by its token's angle (cos / sin given per head and token)."""
+    b, t, nh, dh = 2, 3, 2, 128
+    x = torch.randn(b, t, nh * dh, device=device, dtype=BF16) * 4
+    c, s = _split_freqs(1, t, nh, dh, device)
+    w = torch.rand(nh * dh, device=device, dtype=BF16)
+    out = lk.rms_norm_split_rope(x, c, s, w, backend="torch")
+    xd = x.double()
+    y = (xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * w.double()).view(b, t, nh, dh)
+    cd, sd = c.double().transpose(1, 2), s.double().transpose(1, 2)  # [1, T, H, Dh/2]
+    y1, y2 = y[..., : dh // 2], y[..., dh // 2:]
+    want = torch.cat((y1 * cd - y2 * sd, y2 * cd + y1 * sd), dim=-1).view(b, t, nh * dh)
+    assert out.dtype == BF16
+    assert_rounded_close(out, want)
 
 
 # --- bad input ----------------------------------------------------------------------------------

@@ -119,11 +119,14 @@ def test_adanorm(device, per_token, b, t):
     _check_layout(s, b * t, h // 128)
 
 
-@pytest.mark.parametrize("cfg", [{"KIND": "bcast", "ROWS": 4, "BLOCK_M": 1}, {"KIND": "bcast", "ROWS": 8, "BLOCK_M": 4},
-                                 {"KIND": "bcast", "ROWS": 16, "BLOCK_M": 2},
-                                 {"KIND": "twopass", "BLOCK_M": 2, "CHUNK_KB": 1},
-                                 {"KIND": "twopass", "BLOCK_M": 4, "CHUNK_KB": 4}])
-@pytest.mark.parametrize("per_token", [False, True])
+_BCAST = [{"KIND": "bcast", "ROWS": 4, "BLOCK_M": 1}, {"KIND": "bcast", "ROWS": 8, "BLOCK_M": 4},
+          {"KIND": "bcast", "ROWS": 16, "BLOCK_M": 2}]
+_TWOPASS = [{"KIND": "twopass", "BLOCK_M": 2, "CHUNK_KB": 1}, {"KIND": "twopass", "BLOCK_M": 4, "CHUNK_KB": 4}]
+
+
+# The shared-modulation ("bcast") kernel takes [B, 1, h] modulation only: per-token modulation
+# runs on the two-pass kernels.
+@pytest.mark.parametrize("cfg,per_token", [(c, False) for c in _BCAST + _TWOPASS] + [(c, True) for c in _TWOPASS])
 @pytest.mark.parametrize("b,t", [(1, 5), (3, 9)])
 def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     from ltx_kernels import _checks as chk
@@ -132,8 +135,6 @@ def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     prepare()
     from ltx_kernels.triton import quantize as kq
 
-    if per_token and cfg["KIND"] == "bcast":
-        pytest.skip("the shared-modulation kernel takes [B, 1, h] modulation only")
     h = 384
     x = torch.randn(b, t, h, device=device, dtype=BF16) * 3
     x[0, 0] = 0  # a zero row: finite scales, zero codes
@@ -143,8 +144,8 @@ def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     m = b * t
     q = torch.empty(b, t, h, device=device, dtype=torch.float8_e4m3fn)
     sbuf = kq.scale_buffer(m, h // 128, device)
-    lead = x.shape[:-1]
-    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, lead), chk.two_level_rows(shift, lead),
+    leading = x.shape[:-1]
+    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, leading), chk.two_level_rows(shift, leading),
                         q.view(m, h), sbuf, 1e-6, 448.0, cfg=dict(cfg, num_warps=4))
     s = sbuf.t()[:m]
     qr, sr = ref.quantize_adanorm(x, scale, shift)

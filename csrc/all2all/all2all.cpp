@@ -1,5 +1,5 @@
 // torch bindings of the All2All kernels: buffers, IPC handles, launch plans. The protocol is
-// described in all2all_kernel.cu; validation of user input happens in ltx_kernels/all2all.py.
+// described in all2all_kernel.cu; validation of user input happens in ltx_kernels/all2all/.
 #include <torch/extension.h>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -101,7 +101,7 @@ int pick_vec(std::initializer_list<long long> values) {
 
 // op: 0 send_recv_heads, 1 gather_heads, 2 allgather. x is contiguous [B, n, Hx, D]; heads is H of
 // the full tensor (for gather_heads Hx = H / world). The output
-// layouts are those of upstream (see ltx_kernels/all2all.py). Validation happens in Python.
+// layouts are those of upstream (see ltx_kernels/all2all/). Validation happens in Python.
 void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& bases, int64_t capacity,
             int64_t rank, const std::vector<int64_t>& counts, int64_t heads, int64_t num_ctas,
             double timeout_s, int64_t host_error) {
@@ -163,7 +163,7 @@ void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& base
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "CUDA-IPC All2All kernels (see ltx_kernels/all2all.py)";
+  m.doc() = "CUDA-IPC All2All kernels (see ltx_kernels/all2all/)";
   m.attr("MAX_PEERS") = kMaxPeers;
   m.attr("THREADS") = kThreads;
   m.def("alloc_block", &alloc_block);

@@ -58,13 +58,9 @@ struct Config {
     return n < 6 ? n : 6;
   }
   static constexpr int kStages = fit(1);
-#ifdef LTX_SM90_STAGING_BOXES  // timing experiments only (bench/sm90_standalone.cu)
-  static constexpr int kStagingBoxes = LTX_SM90_STAGING_BOXES;
-#else
   static constexpr int kStagingBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
                                        : fit(2) == kStages            ? 2
                                                                       : 1;
-#endif
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
@@ -140,39 +136,6 @@ __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
-
-#ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only: SM cycles and nanoseconds of CTA 0's consumer 0
-__device__ unsigned long long g_clock_probe[2];
-#endif
-#ifdef LTX_SM90_TRACE  // timing experiments only: SM clock at points of K blocks 32.. of CTA 0
-constexpr int kTraceFirst = 32, kTraceBlocks = 24, kTracePoints = 6;
-// [consumer][warp][k block][wave][point]: 0 acquire begins, 1 acquired, 2 ready to issue, 3 issued,
-// 4 wgmma done, 5 promoted; and the producer's TMA issue time per k block
-__device__ unsigned int g_trace[3][4][kTraceBlocks][2][kTracePoints];
-__device__ unsigned int g_trace_producer[kTraceBlocks];
-__device__ __forceinline__ unsigned int sm_clock() {
-  unsigned int v;
-  asm volatile("mov.u32 %0, %%clock;" : "=r"(v)::"memory");
-  return v;
-}
-__device__ __forceinline__ void trace(int c, int t, int g, int w, int point) {
-  if (blockIdx.x == 0 && t % 32 == 0 && g >= kTraceFirst && g < kTraceFirst + kTraceBlocks)
-    g_trace[c][t / 32][g - kTraceFirst][w][point] = sm_clock();
-}
-__device__ __forceinline__ void trace_producer(int g) {
-  if (blockIdx.x == 0 && g >= kTraceFirst && g < kTraceFirst + kTraceBlocks) g_trace_producer[g - kTraceFirst] = sm_clock();
-}
-#else
-__device__ __forceinline__ void trace(int, int, int, int, int) {}
-__device__ __forceinline__ void trace_producer(int) {}
-#endif
-#ifdef LTX_SM90_CLOCK_PROBE
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t v;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-  return v;
-}
-#endif
 
 __device__ __forceinline__ float lds_ordered(const float* ptr) {
   float v;
@@ -320,9 +283,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   // Aligned by offsetting smem_raw itself (not by integer arithmetic on its address), so the compiler
   // still knows every access through s is to shared memory (LDS / STS, not generic LD / ST).
   Smem& s = *reinterpret_cast<Smem*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
-#ifdef LTX_SM90_CLOCK_PROBE  // timing experiments only (bench/sm90_standalone.cu)
-  const uint64_t probe_clk = clock64(), probe_ns = globaltimer_ns();
-#endif
   // Read through a shuffle so the compiler knows it is warp-uniform: the consumers' descriptor
   // arithmetic then stays in uniform registers instead of moving to them before every wgmma.
   const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
@@ -358,7 +318,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     if (t == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      [[maybe_unused]] int g_load = 0;  // k blocks loaded so far (timing traces)
       for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
         int m_blk, n_grp;
         unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
@@ -373,9 +332,8 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
         const float* sb0 = p.sb + nb0 * p.sb_sn;
         const float* sb1 = p.sb + nb1 * p.sb_sn;
-        for (int kb = kb0; kb < kb0 + kblocks; ++kb, ++g_load) {
+        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
-          trace_producer(g_load);
           // rows past M / N arrive zero-filled and are still counted
           mbar_expect_tx(&s.full[stage], Cfg::kStageBytes);
           if constexpr (CLUSTER > 1)
@@ -479,7 +437,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
     auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {
       const float sb1 = has_nb1 ? sc.b[1] : 0.f;
-#ifndef LTX_SM90_TIMING_NO_PROMOTE  // timing experiments only (bench/sm90_standalone.cu), never in a build
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
         const float sbj = (BN == 128 || j < j_split) ? sc.b[0] : sb1;
@@ -489,10 +446,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
         total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
       }
-#else  // keeps the wgmma results live at the cost of one never-taken branch
-      if (sc.b[0] == 12345.f)
-        for (int i = 0; i < BN / 2; ++i) total[w][i] += acc[i] * sb1;
-#endif
     };
     // Epilogue of the tile, per wave: bias and one bf16 rounding into a staging buffer laid out as
     // the TMA store's 64-column boxes with 128-byte swizzle (16-byte chunk ch of row r at
@@ -530,7 +483,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
           uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
           if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
           named_barrier_sync(1 + c, 128);  // bias written; box free
-#ifndef LTX_SM90_TIMING_NO_EPILOGUE
 #pragma unroll
           for (int jj = 0; jj < 8; ++jj) {
             const int j = bx * 8 + jj;  // 8-column chunk of the wave
@@ -544,15 +496,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
             }
           }
           fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
-#else
-          if (total[w][0] == 12345.f) *reinterpret_cast<float*>(box + t * 4) = total[w][BN / 2 - 1];
-#endif
           named_barrier_sync(1 + c, 128);
           const int wave_row = row0 + w * 64;
           if (t == 0) {
-#ifndef LTX_SM90_TIMING_NO_EPILOGUE
             if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);
-#endif
             bulk_commit();
           }
         }
@@ -583,46 +530,31 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // for, its scales read) right after this block's wave is issued, under its wgmma, instead of
     // between a promotion and the next issue: 128x128 measured 1-12 % faster per clock. With two
     // waves (256x128) the same measured 1.5-3.5 % slower, so there the stage is acquired when the
-    // block begins (bench/results/2026-12-03-h200-session6/standalone.log, "desc" vs "ahead").
+    // block begins (figures and how to rerun the comparison: docs/sm90-gemm.md, "Stage acquisition").
     constexpr bool kAcquireAhead = kWaves == 1;
     Scales sc, sc_next;
     if (kAcquireAhead && stream > 0) acquire(sc_next);
-#ifndef LTX_SM90_TIMING_NO_ORDER
     if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);
-#endif
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
-      if (kAcquireAhead) {
+      if (kAcquireAhead)
         sc = sc_next;
-      } else {
-        trace(c, t, g, 0, 0);
+      else
         acquire(sc);
-        trace(c, t, g, 0, 1);
-      }
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        trace(c, t, g, w, 2);
-#ifndef LTX_SM90_TIMING_NO_ORDER
         if constexpr (kConsumers == 2) {
           if (c == 1) named_barrier_sync(kOrderBarrier, 256);
         } else {
           named_barrier_sync(kOrderBarrier + c, 256);
         }
-#endif
         issue(acc, w);
-        trace(c, t, g, w, 3);
-#ifndef LTX_SM90_TIMING_NO_ORDER
         if constexpr (kConsumers == 2) {
           if (c == 0) named_barrier_sync(kOrderBarrier, 256);
         } else if (c < kConsumers - 1 || g + 1 < stream || w + 1 < kWaves) {
           named_barrier_arrive(kOrderBarrier + (c + 1) % kConsumers, 256);
         }
-#endif
-        if (kAcquireAhead && g + 1 < stream) {
-          trace(c, t, g, 0, 0);
-          acquire(sc_next);
-          trace(c, t, g, 0, 1);
-        }
+        if (kAcquireAhead && g + 1 < stream) acquire(sc_next);
         if (w == 0 && epilogue_due) {
           epilogue();
           epilogue_due = false;
@@ -631,10 +563,8 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         }
         wgmma_wait<0>();
         fence_operands(acc);
-        trace(c, t, g, w, 4);
         if (w == kWaves - 1) release();
         promote(w, acc, sc);
-        trace(c, t, g, w, 5);
       }
       if (++kb == kblocks) {
         kb = 0;
@@ -643,12 +573,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     }
     if (epilogue_due) epilogue();
     if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
-#ifdef LTX_SM90_CLOCK_PROBE
-    if (blockIdx.x == 0 && threadIdx.x == 128) {
-      g_clock_probe[0] = clock64() - probe_clk;
-      g_clock_probe[1] = globaltimer_ns() - probe_ns;
-    }
-#endif
   }
   // no CTA may leave while its peer can still multicast into it or arrive on its barriers
   if constexpr (CLUSTER > 1) cluster_sync();

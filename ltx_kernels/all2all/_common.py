@@ -1,0 +1,22 @@
+"""What the parts of the All2All package share: its error type, its limits, torch.distributed."""
+from __future__ import annotations
+
+import torch
+
+DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float16, torch.float32)
+MAX_WORLD = 8
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class All2AllTimeout(TimeoutError):
+    """A peer did not arrive in time. ``peer`` is its rank (None when unknown)."""
+
+    def __init__(self, msg: str, peer: int | None = None):
+        super().__init__(msg)
+        self.peer = peer
+
+
+def dist():
+    import torch.distributed as dist
+
+    return dist

@@ -1,0 +1,143 @@
+"""Blockwise FP8 GEMMs under two timing protocols, with the SM clock seen while timing.
+
+The H200 boosts to 1980 MHz when cool and settles lower once the power limit (700 W) bites, which
+an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel has two speeds:
+  burst      a few warm-up calls, then 30 timed calls (medians of 20-30 timed runs after
+             warm-up: the protocol most published GEMM figures use);
+  sustained  back-to-back calls for --sustain-ms first, then 30 timed calls (what a long
+             generation run sees).
+Each row times our backends and the cuBLAS anchors in the same process, each call between CUDA
+events (median), with the SM clock sampled through NVML while the timed calls run.
+
+    python tools/gemm_protocols.py [--json OUT] [--shapes 16384x4096x4096,...] [--backends cuda,triton]
+"""
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+
+import torch
+
+import ltx_kernels as lk
+
+SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096, 4096, 4096),
+          (1024, 4096, 4096), (3000, 4096, 4096), (3000, 2176, 7168)]
+
+
+class ClockSampler:
+    """SM clock (MHz) and board power (W) from NVML every few ms while active (0 where no sample came)."""
+
+    def __init__(self, index=0, period_s=0.005):
+        self.samples, self.period, self.on, self.handle = [], period_s, False, None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:
+            return
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            if self.on:
+                try:
+                    mhz = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
+                    watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+                    self.samples.append((mhz, watts))
+                except Exception:
+                    pass
+            time.sleep(self.period)
+
+    def window(self, fn):
+        self.samples, self.on = [], True
+        out = fn()
+        self.on = False
+        if not self.samples:
+            return out, None, None
+        return out, statistics.median(s[0] for s in self.samples), statistics.median(s[1] for s in self.samples)
+
+
+def timed_median_ms(fn, reps=30):
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def measure(fn, protocol, sustain_ms, sampler):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    if protocol == "sustained":
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < sustain_ms:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+    return sampler.window(lambda: timed_median_ms(fn))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--shapes")
+    ap.add_argument("--backends", default="cuda", help="our backends to time (cuda, triton)")
+    ap.add_argument("--protocols", default="burst,sustained")
+    ap.add_argument("--sustain-ms", type=float, default=1500.0)
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    sampler = ClockSampler()
+    rows = []
+    for m, n, k in shapes:
+        torch.manual_seed(0)
+        qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+        qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+        bias = torch.randn(n, device="cuda")
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        sa_m = sa.t().contiguous().t()  # cuBLAS wants the scales M-major (outside the timing)
+        ones_a = torch.ones((), device="cuda")
+        bf_a, bf_b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(n, k, device="cuda",
+                                                                                        dtype=torch.bfloat16)
+        fns = {}
+        for be in filter(None, args.backends.split(",")):
+            fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
+        fns["cublas_blockwise"] = lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)
+        fns["cublas_tensorwise"] = lambda: torch._scaled_mm(qa, qb.t(), ones_a, ones_a, out_dtype=torch.bfloat16)
+        fns["cublas_bf16"] = lambda: bf_a @ bf_b.t()
+        flops = 2.0 * m * n * k
+        for protocol in args.protocols.split(","):
+            row = {"shape": f"{m}x{n}x{k}", "protocol": protocol}
+            for name, fn in fns.items():
+                try:
+                    ms, mhz, watts = measure(fn, protocol, args.sustain_ms, sampler)
+                except Exception as e:
+                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                    continue
+                row[name] = round(flops / ms / 1e9, 1)
+                row[name + "_mhz"] = mhz
+                row[name + "_watts"] = watts
+            rows.append(row)
+            cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
+                              f",{row.get(name + '_watts') or 0:3.0f}W" for name in fns)
+            print(f"{row['shape']:>18s} {protocol:9s} {cells}", flush=True)
+        del qa, qb, d, bf_a, bf_b
+        torch.cuda.empty_cache()
+    if args.json:
+        env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "unit": "TFLOP/s, MHz, W (medians)",
+               "sustain_ms": args.sustain_ms}
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

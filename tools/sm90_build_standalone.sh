@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build standalone SM90 GEMM binaries (tools/sm90_standalone.cu, no torch) with nvcc, on any
+# machine: DIR/sm90_<name> for each NAME[:VARIANT]=FLAGS argument (FLAGS: extra nvcc flags, may
+# be empty). VARIANT builds a copy of the kernel rewritten by tools/sm90_kernel_variant.py
+# (nopromote, fadd, muladd). KERNEL_ROOT=path takes the kernel from another checkout's
+# csrc/gemm_sm90 (e.g. an older commit, to time it beside this one in the same run); the harness
+# is always this checkout's.
+#   bash tools/sm90_build_standalone.sh DIR new= nopromote:nopromote= muladd:muladd=
+#   KERNEL_ROOT=/tmp/old bash tools/sm90_build_standalone.sh DIR old=
+set -euo pipefail
+DIR=$1
+shift
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=${KERNEL_ROOT:-$(cd "$HERE/.." && pwd)}
+mkdir -p "$DIR"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pids=()
+for spec in "$@"; do
+  name=${spec%%=*}
+  flags=${spec#*=}
+  inc=$ROOT/csrc/gemm_sm90
+  if [[ $name == *:* ]]; then
+    variant=${name#*:}
+    name=${name%%:*}
+    inc=$TMP/$name
+    python3 "$HERE/sm90_kernel_variant.py" "$variant" "$ROOT/csrc/gemm_sm90" "$inc"
+  fi
+  # shellcheck disable=SC2086
+  nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 $flags \
+    -I "$inc" "$HERE/sm90_standalone.cu" -o "$DIR/sm90_$name" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+ls -l "$DIR"

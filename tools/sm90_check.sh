@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SM90 GEMM evidence on an H100/H200: SASS (QGMMA), ptxas registers/smem, memcheck on a small shape.
+#   bash tools/sm90_check.sh OUTDIR
+set -uo pipefail
+OUTDIR=${1:-${OUT:-bench/out}}
+mkdir -p "$OUTDIR"
+SO=$(ls ltx_kernels/_C_gemm_sm90*.so 2>/dev/null | head -1)
+[ -n "$SO" ] || { echo "ltx_kernels/_C_gemm_sm90 not built"; exit 1; }
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+"$CUOBJDUMP" -sass "$SO" > "$OUTDIR/sm90_gemm.sass" 2>&1
+echo "SASS: $(grep -c QGMMA "$OUTDIR/sm90_gemm.sass") QGMMA, $(grep -c UTMALDG "$OUTDIR/sm90_gemm.sass") UTMALDG, $(grep -c 'SYNCS' "$OUTDIR/sm90_gemm.sass") SYNCS (mbarrier) instructions"
+grep -o "QGMMA[.A-Z0-9x]*" "$OUTDIR/sm90_gemm.sass" | sort | uniq -c | head -5
+# one line per instantiation: fp8_gemm_kernel<BM, BN, CLUSTER> and its registers / shared memory
+"$CUOBJDUMP" -res-usage "$SO" 2>&1 | grep -A1 fp8_gemm_kernel | grep -o "ILi[0-9]*ELi[0-9]*ELi[0-9]\|REG:[0-9]*\|STACK:[0-9]*\|SHARED:[0-9]*" | paste - - - - 
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+"$SAN" --tool memcheck --error-exitcode 9 python3 - > "$OUTDIR/memcheck.log" 2>&1 <<'PY'
+import torch, ltx_kernels as lk
+from ltx_kernels import _ext
+mod = _ext.load("_C_gemm_sm90")[0]
+for m, n, k in ((1, 128, 128), (130, 384, 640), (300, 256, 1024)):
+    qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+    qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+    for cfg in lk.gemm.SM90_TILES:
+        for splits in (1, 2, 4) if k >= 1024 else (1,):  # split-K: fp32 slices, then the reduce kernel
+            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            mod.fp8_gemm_nt(qa, sa, qb, sb, torch.randn(n, device="cuda"), d, *cfg, splits)
+torch.cuda.synchronize()
+print("memcheck run done")
+PY
+echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|memcheck run done' "$OUTDIR/memcheck.log" | tr '\n' ' ')"
