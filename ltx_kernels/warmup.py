@@ -21,7 +21,7 @@ from ltx_kernels.triton import next_pow2
 LTX2_NK = [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048), (8192, 2048), (2048, 8192),
            (2048, 4096), (4096, 2048)]
 M_BUCKETS = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-# --quick: the anchors file's GEMM shapes, plus the GEMM issue's odd shape
+# --quick: the LTX-2 video GEMMs and 2048x2048 at three M, plus an odd shape (N, K not powers of two)
 QUICK_GEMM = [(m, n, k) for m in (1024, 4096, 16384) for n, k in
               [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048)]] + [(3000, 2176, 7168)]
 

@@ -187,7 +187,7 @@ def _fp8_gemm_nt_persistent_kernel(
 
 def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
     """Without a cached config. Small M from the H200 warmup at M buckets 64-512 and the eight
-    LTX-2 (N, K) (bench/results/2026-12-03-h200-session8/call3): 64x64 pointer tiles at every
+    LTX-2 (N, K) (``python -m ltx_kernels.warmup``; configs/NVIDIA_H200.json): 64x64 pointer tiles at every
     bucket-64 shape; 64x128 above, persistent with 2 programs per SM at 16 of 24 (pointer tiles at
     the rest)."""
     if m <= 64:
@@ -197,7 +197,7 @@ def heuristic(m: int, n: int, k: int, tma_ok: bool) -> dict:
             return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4,
                     "USE_TMA": True, "PERSISTENT": True, "CTAS_PER_SM": 2}
         return {"BLOCK_M": 64, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "USE_TMA": False}
-    if tma_ok:  # the H200 warmup's pick at 9 of its 12 shapes (bench/results/2026-12-03-h200-session6)
+    if tma_ok:  # the H200 warmup's pick at 9 of its 12 quick shapes (python -m ltx_kernels.warmup --quick)
         return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
                 "USE_TMA": True, "PERSISTENT": True}
     return {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4,
