@@ -2,14 +2,20 @@
 
 The H200 boosts to 1980 MHz when cool and settles lower once the power limit (700 W) bites, which
 an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel has two speeds:
-  burst      a few warm-up calls, then 30 timed calls (medians of 20-30 timed runs after
-             warm-up: the protocol most published GEMM figures use);
-  sustained  back-to-back calls for --sustain-ms first, then 30 timed calls (what a long
-             generation run sees).
-Each row times our backends and the cuBLAS anchors in the same process, each call between CUDA
-events (median), with the SM clock sampled through NVML while the timed calls run.
+  burst      a few warm-up calls, then 20 timed calls, each after a 256 MB write that flushes the
+             L2 (the protocol most published GEMM figures use);
+  sustained  back-to-back calls for --sustain-ms first, then 50 back-to-back timed calls (what a
+             long generation run sees).
+Each row times our backends and the anchors in the same process, each call between CUDA events
+(median), with the SM clock and board power sampled through NVML while the timed calls run; the
+order of the backends rotates from shape to shape. Anchors: cuBLAS blockwise and tensorwise
+(``torch._scaled_mm``), cuBLAS bf16, and with ``--upstream-path`` LTX-2's own SM90 kernel (a
+vendored DeepGEMM ``sm90_fp8_gemm_1d2d`` with bias) from the folder tools/upstream/build_upstream.sh
+prints; it accepts only N, K in {2048, 4096, 8192, 16384} (other shapes crash the process, so they
+are skipped) and gets the same bias as ours.
 
     python tools/gemm_protocols.py [--json OUT] [--shapes 16384x4096x4096,...] [--backends cuda,triton]
+        [--upstream-path DIR]
 """
 import argparse
 import json
@@ -23,7 +29,8 @@ import torch
 import ltx_kernels as lk
 
 SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096, 4096, 4096),
-          (1024, 4096, 4096), (3000, 4096, 4096), (3000, 2176, 7168)]
+          (1024, 4096, 4096), (256, 4096, 4096), (16384, 2048, 2048), (3000, 4096, 4096), (8192, 4096, 4096),
+          (8192, 16384, 4096), (8192, 4096, 16384), (3000, 2176, 7168), (16384, 6144, 4096)]
 
 
 class ClockSampler:
@@ -61,10 +68,18 @@ class ClockSampler:
         return out, statistics.median(s[0] for s in self.samples), statistics.median(s[1] for s in self.samples)
 
 
-def timed_median_ms(fn, reps=30):
+_FLUSH = None
+
+
+def timed_median_ms(fn, reps, flush):
+    global _FLUSH
+    if flush and _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
+        if flush:
+            _FLUSH.fill_(i & 0xFF)
         starts[i].record()
         fn()
         ends[i].record()
@@ -82,7 +97,21 @@ def measure(fn, protocol, sustain_ms, sampler):
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
-    return sampler.window(lambda: timed_median_ms(fn))
+        return sampler.window(lambda: timed_median_ms(fn, 50, flush=False))
+    return sampler.window(lambda: timed_median_ms(fn, 20, flush=True))
+
+
+DEEP_GEMM_DIMS = (2048, 4096, 8192, 16384)
+
+
+def upstream_gemm(path):
+    """LTX-2's ``blockwise_cpp.fp8_gemm_nt_sm90`` from a build folder, or None."""
+    if not path:
+        return None
+    sys.path.insert(0, path)
+    import blockwise_cpp
+
+    return blockwise_cpp.fp8_gemm_nt_sm90
 
 
 def main():
@@ -92,11 +121,13 @@ def main():
     ap.add_argument("--backends", default="cuda", help="our backends to time (cuda, triton)")
     ap.add_argument("--protocols", default="burst,sustained")
     ap.add_argument("--sustain-ms", type=float, default=1500.0)
+    ap.add_argument("--upstream-path", help="folder holding LTX-2's built blockwise_cpp (deep_gemm column)")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     sampler = ClockSampler()
+    deep_gemm = upstream_gemm(args.upstream_path)
     rows = []
-    for m, n, k in shapes:
+    for shape_index, (m, n, k) in enumerate(shapes):
         torch.manual_seed(0)
         qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
         qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
@@ -112,10 +143,22 @@ def main():
         fns["cublas_blockwise"] = lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)
         fns["cublas_tensorwise"] = lambda: torch._scaled_mm(qa, qb.t(), ones_a, ones_a, out_dtype=torch.bfloat16)
         fns["cublas_bf16"] = lambda: bf_a @ bf_b.t()
+        errors = {}
+        if deep_gemm is not None and n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS:
+            d_up = torch.empty_like(d)
+            fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), d_up, bias=bias)
+            fns["deep_gemm"]()
+            lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d)
+            want = lk.reference.fp8_gemm_nt(qa, sa, qb, sb, bias)
+            for name, got in (("ours", d), ("deep_gemm", d_up)):
+                errors[name] = ((got.float() - want).norm() / want.norm()).item()
+        names = list(fns)
+        names = names[shape_index % len(names):] + names[:shape_index % len(names)]
         flops = 2.0 * m * n * k
         for protocol in args.protocols.split(","):
-            row = {"shape": f"{m}x{n}x{k}", "protocol": protocol}
-            for name, fn in fns.items():
+            row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors}
+            for name in names:
+                fn = fns[name]
                 try:
                     ms, mhz, watts = measure(fn, protocol, args.sustain_ms, sampler)
                 except Exception as e:
@@ -126,14 +169,16 @@ def main():
                 row[name + "_watts"] = watts
             rows.append(row)
             cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
-                              f",{row.get(name + '_watts') or 0:3.0f}W" for name in fns)
+                              f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
             print(f"{row['shape']:>18s} {protocol:9s} {cells}", flush=True)
         del qa, qb, d, bf_a, bf_b
         torch.cuda.empty_cache()
     if args.json:
-        env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "unit": "TFLOP/s, MHz, W (medians)",
-               "sustain_ms": args.sustain_ms}
+               "sustain_ms": args.sustain_ms, "upstream_path": args.upstream_path,
+               "protocols": "burst: 5 warm-up calls, median of 20, each after a 256 MB L2 flush; sustained: "
+                            "back-to-back for sustain_ms, then median of 50 back-to-back calls"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0
