@@ -1,0 +1,848 @@
+#!/usr/bin/env python3
+"""LTX-2's video transformer, run by ltx-core unchanged on this package and on LTX-2's own
+ltx-kernels: accuracy and speed of bf16, FP8 and FP6 blocks at real sizes.
+
+Usage
+-----
+    python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
+        --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
+        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile]
+    python bench/ltx_core_block.py --ltx2 /work/up --smoke        # CPU, TRITON_INTERPRET=1, seconds
+
+``--ltx2`` is LTX-2's monorepo root (the folder holding ``packages/ltx-core``). ltx-core is
+imported from there; this package from the repository; LTX-2's ltx-kernels from
+``--upstream-path`` (the folder ``tools/upstream/build_upstream.sh`` prints), skipped with a
+note when absent.
+
+The model
+---------
+``LTXVideoOnlyModelConfigurator`` from checkpoint metadata of the LTX-2.3 22B transformer (hidden
+4096 = 32 heads x 128, FFN 16384, split RoPE in float64, gated attention, cross-attention AdaLN,
+caption projection in the text encoder) with ``--blocks`` blocks. Seeded random bf16 weights are
+written to a real safetensors checkpoint (``model.diffusion_model.`` keys, config in the metadata)
+and every model is built from it the way ltx-pipelines builds the transformer:
+``SingleGPUModelBuilder`` with ``LTXV_MODEL_COMFY_RENAMING_MAP``; for fp8/fp6 the SDOps and
+ModuleOps of ltx-core's ``build_fp8_policy()`` / ``build_fp6_policy()`` are chained on (the
+weights are quantized by ltx-core at load, as from a bf16 checkpoint) with the video-only variant
+of the policy's configurator; for the compiled modes ``build_compile_transformer_op`` is appended
+and the keys are renamed with ``modify_sd_ops_for_compilation``, as ltx-pipelines does.
+Inputs come from ltx-core's own latent tools: ``VideoLatentTools`` + ``VideoLatentPatchifier``
+(patch 1) over a latent grid of T tokens (8 x 32 x 32 for 8192, 32 x 32 x 32 for 32768, i.e.
+1024 x 1024 pixels), seeded random latent, sigma 0.7 with per-token timesteps
+(denoise_mask * sigma, as ltx-pipelines' ``modality_from_latent_state``), a random text context of
+``--context-tokens`` (1024, the Gemma tokenizer's padded length) at 4096, no context mask.
+
+Accuracy (per variant, package, T; eager)
+-----------------------------------------
+Relative error ||a - b|| / ||b|| (Frobenius, fp32 sums) of the model output and of the outputs of
+each block's attn1 (self-attention), attn2 (text cross-attention) and ff, captured by forward
+hooks, against the same model built in fp32 (no TF32) and in bf16 -- same checkpoint, same inputs.
+Tables show the worst block; the JSON has every block. ``vs_eager`` in the timing records is the
+relative error of each mode's block-stack output against the eager one of the same model.
+
+Time (per variant, package, T, mode)
+------------------------------------
+Median ms of one pass through the block stack (``LTXModel._process_transformer_blocks`` on
+arguments prepared once by the model's own ``video_args_preprocessor``), by CUDA events:
+  eager     the block loop as is;
+  graph     the block loop inside ltx-core's ``CudaGraphRunner`` (cudagraph_capture.py: its own
+            warm-up, one CUDA graph per shape, replay);
+  compile   ltx-core's ``compile_transformer`` (CompilationConfig() defaults: each block through
+            torch.compile, dynamic sequence dimension), called under its config patches;
+  captured  ``compile_transformer_captured`` (CompilationConfig(capture=True)): compiled blocks and
+            one CUDA graph over the loop, ltx-core's fastest single-GPU path;
+  full      eager ``model(video, None, None)`` including RoPE/timestep preparation and the output
+            projection (package-independent work, for scale).
+The first call of each (entry, mode, T) -- torch.compile's compile, the graph capture -- is timed
+separately (``setup_s``). Then ``--warmup`` calls, then ``--rounds`` rounds; each round runs every
+entry (bf16 = ltx-core's pure PyTorch path, fp8/fp6 x package) for ``--iters`` timed calls, the
+entry order rotating from round to round, so both packages see the same clock (the GPU follows a
+power limit; only same-run ratios mean anything). Reported: median over all calls, the per-round
+medians, and ours/upstream as the median of per-round ratios.
+
+Two packages named ltx_kernels in one process
+---------------------------------------------
+Chosen: in-process. Each package is imported once, together with its own copy of ltx-core
+(``ltx_kernels*``, ``ltx_core*`` and upstream's top-level extensions ``ops_cpp``, ``blockwise_cpp``,
+``all2all_cpp`` leave ``sys.modules`` and ``sys.path`` is switched before the second import); before
+an entry runs, the module set of its package is put back into ``sys.modules``, because both
+packages resolve some imports at call time. Why this is sound: the op registrations do not meet --
+upstream registers ``q8_kernels_ops::*``, ``blockwise::*`` and ``ltx_kernels::send_recv_heads`` /
+``gather_heads``; this package ``ltx_kernels::<op>`` with other names (``all2all_*`` for its
+All2All); a clash would fail loudly at the second import, and the script prints and records both
+sets and their intersection (empty). ltx-core's transformer path registers no op at import (only
+its VAE modules do, never imported here); its models, TransformerArgs classes and Dynamo code
+objects are per copy, so compiled code and CUDA graphs of one package never serve the other. The
+pybind modules do not collide either: upstream binds one class (``All2All``), this package only
+functions. In-process lets the entries alternate call by call in one round, which per-package
+subprocesses cannot.
+
+``--profile``: a torch.profiler summary at ``--profile-tokens`` (default: the largest T) per
+(variant, package), eager: the top kernels by GPU time per forward and the host (CPU) time per
+forward, printed and stored.
+
+``--smoke``: hidden 256 (2 heads x 128), FFN 1024, 2 blocks, T = 256, 32 context tokens, CPU,
+this package under TRITON_INTERPRET=1, eager accuracy only. On a machine without CUDA,
+``Tensor.cuda`` is made the identity for the run, since ltx-core's policy moves each weight to
+the GPU to quantize it.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+# Modules that exist once per package: the two ltx_kernels, the ltx-core copy bound to each, and
+# upstream's top-level extensions.
+OWNED_PREFIXES = ("ltx_kernels", "ltx_core", "ops_cpp", "blockwise_cpp", "all2all_cpp")
+PROJECT_OP_NAMESPACES = ("ltx_kernels", "q8_kernels_ops", "blockwise", "ltx_kernels_nvfp4", "ltx_core")
+QUANT_VARIANTS = ("fp8", "fp6")
+ALL_MODES = ("eager", "graph", "full", "compile", "captured")
+FPS = 24.0
+SIGMA = 0.7
+CKPT_PREFIX = "model.diffusion_model."
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's configuration: LTX-2.3 22B checkpoint metadata, with the block count and (for the
+# smoke run) the width made small.
+
+def transformer_config(hidden: int, blocks: int) -> dict:
+    heads = hidden // 128
+    return {
+        # checked by ltx-core's configurator (check_config_value)
+        "dropout": 0.0, "attention_bias": True, "num_vector_embeds": None,
+        "activation_fn": "gelu-approximate", "num_embeds_ada_norm": 1000,
+        "use_linear_projection": False, "only_cross_attention": False, "cross_attention_norm": True,
+        "double_self_attention": False, "upcast_attention": False, "standardization_norm": "rms_norm",
+        "norm_elementwise_affine": False, "qk_norm": "rms_norm", "positional_embedding_type": "rope",
+        "use_audio_video_cross_attention": True, "share_ff": False, "av_cross_ada_norm": True,
+        "use_middle_indices_grid": True,
+        # dimensions
+        "num_layers": blocks, "num_attention_heads": heads, "attention_head_dim": 128,
+        "in_channels": 128, "out_channels": 128, "cross_attention_dim": hidden,
+        "audio_num_attention_heads": heads, "audio_attention_head_dim": 64,
+        "audio_cross_attention_dim": 2048,
+        # LTX-2.3
+        "norm_eps": 1e-06, "positional_embedding_theta": 10000.0,
+        "positional_embedding_max_pos": [20, 2048, 2048], "timestep_scale_multiplier": 1000,
+        "rope_type": "split", "frequencies_precision": "float64", "apply_gated_attention": True,
+        "cross_attention_adaln": True, "caption_proj_before_connector": True,
+    }
+
+
+def latent_grid(tokens: int) -> tuple[int, int, int]:
+    """(frames, height, width) of the latent: 32 x 32 (1024 x 1024 pixels) per frame when T allows."""
+    if tokens % 1024 == 0:
+        return tokens // 1024, 32, 32
+    side = math.isqrt(tokens)
+    if side * side == tokens:
+        return 1, side, side
+    raise SystemExit(f"--tokens {tokens}: use a multiple of 1024 or a square")
+
+
+# ---------------------------------------------------------------------------------------------
+# Two packages named ltx_kernels in one process.
+
+def _owned(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in OWNED_PREFIXES)
+
+
+def _project_ops() -> set[str]:
+    get = getattr(torch._C, "_dispatch_get_all_op_names", None)
+    names = get() if get else []
+    return {n for n in names if n.split("::")[0] in PROJECT_OP_NAMESPACES}
+
+
+class Packages:
+    """Each package with its own ltx-core copy, swapped in and out of sys.modules."""
+
+    def __init__(self, roots: dict[str, Path], ltx_core_src: Path):
+        self.roots = roots
+        self.core_src = ltx_core_src
+        self.saved: dict[str, dict] = {}
+        self.active: str | None = None
+        self.ops: dict[str, list[str]] = {}
+        self.ltx_core: dict[str, types.SimpleNamespace] = {}
+
+    def activate(self, name: str) -> None:
+        if name == self.active:
+            return
+        if self.active is not None:
+            self.saved[self.active] = {k: m for k, m in sys.modules.items() if _owned(k)}
+        for k in [k for k in sys.modules if _owned(k)]:
+            del sys.modules[k]
+        # first on sys.path wins, whatever else provides an ltx_kernels further down
+        managed = {str(p) for p in (*self.roots.values(), self.core_src)}
+        sys.path[:] = [str(self.roots[name]), str(self.core_src)] + [p for p in sys.path if p not in managed]
+        importlib.invalidate_caches()
+        sys.modules.update(self.saved.get(name, {}))
+        self.active = name
+
+    def load(self, name: str) -> types.SimpleNamespace:
+        before = _project_ops()
+        self.activate(name)
+        lc = import_ltx_core()
+        where = Path(lc.ltx_kernels.__file__).resolve()
+        if not where.is_relative_to(self.roots[name].resolve()):
+            raise SystemExit(f"{name}: imported ltx_kernels from {where}, expected under {self.roots[name]}")
+        self.ops[name] = sorted(_project_ops() - before)
+        self.ltx_core[name] = lc
+        return lc
+
+
+def import_ltx_core() -> types.SimpleNamespace:
+    """The ltx-core (and ltx_kernels, through ltx-core's blockwise policies) of the active package."""
+    import ltx_core.components.patchifiers as patchifiers
+    import ltx_core.guidance.perturbations as perturbations
+    import ltx_core.loader as loader
+    import ltx_core.loader.attention_ops as attention_ops
+    import ltx_core.model.transformer as transformer
+    import ltx_core.model.transformer.attention as attention
+    import ltx_core.model.transformer.compiling as compiling
+    import ltx_core.model.transformer.cudagraph_capture as cudagraph_capture
+    import ltx_core.model.transformer.model_configurator as model_configurator
+    import ltx_core.quantization.blockwise as blockwise
+    import ltx_core.tools as tools
+    import ltx_core.types as ltx_types
+
+    policies = {"fp8": blockwise.build_fp8_policy(), "fp6": blockwise.build_fp6_policy()}
+    impl = importlib.import_module("ltx_core.quantization.blockwise._impl")
+    import ltx_kernels
+
+    return types.SimpleNamespace(
+        ltx_kernels=ltx_kernels, attention=attention, attention_ops=attention_ops, compiling=compiling,
+        cudagraph_capture=cudagraph_capture,
+        policies=policies,
+        video_only={impl.BlockwiseFP8LTXModelConfigurator: impl.BlockwiseFP8LTXVideoOnlyModelConfigurator,
+                    impl.BlockwiseFP6LTXModelConfigurator: impl.BlockwiseFP6LTXVideoOnlyModelConfigurator},
+        LTXVideoOnlyModelConfigurator=transformer.LTXVideoOnlyModelConfigurator, Modality=transformer.Modality,
+        LTXV_MODEL_COMFY_RENAMING_MAP=model_configurator.LTXV_MODEL_COMFY_RENAMING_MAP,
+        SingleGPUModelBuilder=loader.SingleGPUModelBuilder, DummyRegistry=loader.DummyRegistry, SDOps=loader.SDOps,
+        BatchedPerturbationConfig=perturbations.BatchedPerturbationConfig,
+        VideoLatentTools=tools.VideoLatentTools, VideoLatentPatchifier=patchifiers.VideoLatentPatchifier,
+        VideoLatentShape=ltx_types.VideoLatentShape, VideoPixelShape=ltx_types.VideoPixelShape,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint and models, through ltx-core's loader.
+
+def _init_weight(name: str, shape: torch.Size, gen: torch.Generator, device) -> torch.Tensor:
+    r = torch.randn(shape, generator=gen, device=device)
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        return 1 + 0.1 * r
+    if "scale_shift_table" in name:
+        return 0.1 * r
+    if name.endswith(".bias"):
+        return 0.02 * r
+    if len(shape) == 2:
+        return r / math.sqrt(shape[1])
+    return 0.02 * r
+
+
+def write_checkpoint(lc, config: dict, path: Path, seed: int, device) -> None:
+    import safetensors.torch
+
+    metadata = {"config": {"transformer": config}}
+    with torch.device("meta"):
+        shell = lc.LTXVideoOnlyModelConfigurator.from_metadata(metadata)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tensors = {CKPT_PREFIX + name: _init_weight(name, t.shape, gen, device).to(torch.bfloat16).cpu()
+               for name, t in shell.state_dict().items()}
+    safetensors.torch.save_file(tensors, str(path), metadata={"config": json.dumps(metadata["config"]),
+                                                             "model_version": "2.3.0"})
+
+
+def build_model(lc, ckpt: Path, variant: str, device, blocks: int, compile_config=None):
+    """As ltx-pipelines' DiffusionStage: quantization ops chained on the renaming map, then the
+    compile op. Quantized models load the bf16 checkpoint as is (no dtype cast)."""
+    configurator, sd_ops, module_ops = lc.LTXVideoOnlyModelConfigurator, lc.LTXV_MODEL_COMFY_RENAMING_MAP, ()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(variant)
+    if variant == "fp32":  # torch's SDPA (its fp32 kernel), whatever AUTOMATIC would pick for bf16 (FA3 has no fp32)
+        module_ops = (lc.attention_ops.set_attention_module_op(lc.attention.AttentionFunction.PYTORCH),)
+    if variant in QUANT_VARIANTS:
+        policy = lc.policies[variant]
+        configurator = lc.video_only[policy.model_configurator]
+        sd_ops = lc.SDOps(name=f"sd_ops_chain_{sd_ops.name}+{policy.sd_ops.name}",
+                          mapping=(*sd_ops.mapping, *policy.sd_ops.mapping))
+        module_ops = (*module_ops, *policy.module_ops)
+    if compile_config is not None:
+        sd_ops = lc.compiling.modify_sd_ops_for_compilation(sd_ops, blocks)
+        module_ops = (*module_ops, lc.compiling.build_compile_transformer_op(compile_config))
+    builder = lc.SingleGPUModelBuilder(model_class_configurator=configurator, model_path=str(ckpt),
+                                       model_sd_ops=sd_ops, module_ops=module_ops, registry=lc.DummyRegistry())
+    model = builder.build(device=device, dtype=dtype).eval()
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    if left:
+        raise RuntimeError(f"{variant}: parameters left on the meta device: {left[:5]}")
+    return model
+
+
+def make_inputs(lc, tokens: int, context_tokens: int, context_dim: int, device, seed: int) -> dict:
+    f, h, w = latent_grid(tokens)
+    pixels = lc.VideoPixelShape(batch=1, frames=(f - 1) * 8 + 1, height=h * 32, width=w * 32, fps=FPS)
+    shape = lc.VideoLatentShape.from_pixel_shape(pixels, latent_channels=128)
+    tools = lc.VideoLatentTools(lc.VideoLatentPatchifier(patch_size=1), shape, FPS)
+    gen = torch.Generator().manual_seed(seed + tokens)
+    latent = torch.randn(shape.to_torch_shape(), generator=gen).to(device, torch.bfloat16)
+    state = tools.create_initial_state(device, torch.bfloat16, initial_latent=latent)
+    if state.latent.shape[1] != tokens:
+        raise RuntimeError(f"latent tools made {state.latent.shape[1]} tokens, wanted {tokens}")
+    sigma = torch.tensor([SIGMA], device=device)
+    context = torch.randn(1, context_tokens, context_dim, generator=gen).to(device, torch.bfloat16)
+    return {"latent": state.latent, "sigma": sigma, "timesteps": state.denoise_mask * sigma,
+            "positions": state.positions, "context": context, "attention_mask": state.attention_mask}
+
+
+def modality(lc, inputs: dict, dtype):
+    return lc.Modality(latent=inputs["latent"].to(dtype), sigma=inputs["sigma"], timesteps=inputs["timesteps"],
+                       positions=inputs["positions"], context=inputs["context"].to(dtype), enabled=True,
+                       context_mask=None, attention_mask=inputs["attention_mask"])
+
+
+def prepare(lc, model, inputs: dict, dtype):
+    args = model.video_args_preprocessor.prepare(modality(lc, inputs, dtype), None)
+    pert = lc.BatchedPerturbationConfig.empty(1, model.num_blocks, args.x.device, args.x.dtype)
+    return args, pert
+
+
+# ---------------------------------------------------------------------------------------------
+# Accuracy.
+
+BRANCHES = ("attn1", "attn2", "ff")
+
+
+def hooked_forward(lc, model, inputs: dict, dtype) -> dict:
+    """Model output and every block's attn1 / attn2 / ff output."""
+    got, handles = {}, []
+    for i, blk in enumerate(model.transformer_blocks):
+        for br in BRANCHES:
+            def keep(_m, _inp, out, key=f"b{i}.{br}"):
+                got[key] = out.detach()
+            handles.append(getattr(blk, br).register_forward_hook(keep))
+    try:
+        vx, _ = model(modality(lc, inputs, dtype), None, None)
+    finally:
+        for h in handles:
+            h.remove()
+    got["out"] = vx.detach()
+    return got
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm())
+
+
+def compare(got: dict, ref: dict) -> dict:
+    per = {k: rel_err(got[k], ref[k]) for k in ref}
+    summary = {"out": per["out"]}
+    for br in BRANCHES:
+        summary[br] = max(v for k, v in per.items() if k.endswith("." + br))
+    return {"summary": summary, "per_output": per}
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing.
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Entry:
+    """One model family: a variant on a package (bf16 runs ltx-core's pure PyTorch path)."""
+
+    def __init__(self, variant: str, package: str, lc, package_key: str):
+        self.variant, self.package, self.lc = variant, package, lc
+        self.package_key = package_key  # the Packages entry to activate before running it
+        self.dtype = torch.bfloat16
+        self.models: dict[str, torch.nn.Module] = {}
+        self.compile_configs: dict = {}
+        self.label = f"{variant}/{package}"
+
+
+def mode_callable(entry: Entry, mode: str, inputs: dict):
+    """(fn, state): fn() runs one pass of `mode` and returns the block-stack output (or the model
+    output for `full`)."""
+    lc = entry.lc
+    if mode == "full":
+        model = entry.models["eager"]
+        mod = modality(lc, inputs, entry.dtype)
+        return lambda: model(mod, None, None)[0], None
+    model = entry.models[mode if mode in ("compile", "captured") else "eager"]
+    args, pert = prepare(lc, model, inputs, entry.dtype)
+    if mode == "eager":
+        return lambda: model._process_transformer_blocks(args, None, pert)[0].x, None
+    if mode == "graph":
+        lc.compiling._register_transformer_args_pytree()  # the runner keys captures by tensor shapes
+        runner = lc.cudagraph_capture.CudaGraphRunner(model._process_transformer_blocks, model.block_input_processor)
+        return lambda: runner(args, None, pert)[0].x, runner
+    if mode == "compile":
+        cfg = entry.compile_configs["compile"]
+
+        def run():
+            torch.compiler.cudagraph_mark_step_begin()
+            with lc.compiling._compile_config_patches(cfg):
+                return model._process_transformer_blocks(args, None, pert)[0].x
+        return run, None
+    if mode == "captured":  # _process_transformer_blocks is ltx-core's CudaGraphRunner here
+        return lambda: model._process_transformer_blocks(args, None, pert)[0].x, model._process_transformer_blocks
+    raise ValueError(mode)
+
+
+def time_calls(fn, n: int, device) -> list[float]:
+    if device.type != "cuda":  # the CPU path check of --smoke --time
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def failure(errors: list, what: str, log) -> None:
+    """Record an exception and go on: one entry's failure must not cost the rest of the run."""
+    tb = traceback.format_exc()
+    errors.append({"what": what, "traceback": tb[-4000:]})
+    log(f"FAILED {what}:\n{tb[-1500:]}")
+
+
+def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, inputs: dict, eager_x: dict,
+               args, device, log, errors: list) -> list[dict]:
+    fns, setup, vs_eager, runners, live = {}, {}, {}, [], []
+    for e in entries:
+        pk.activate(e.package_key)
+        try:
+            fn, runner = mode_callable(e, mode, inputs)
+            if runner is not None:
+                runners.append(runner)
+            sync(device)
+            t0 = time.perf_counter()
+            out = fn()
+            sync(device)
+            setup[e.label] = time.perf_counter() - t0
+            if mode != "full":
+                vs_eager[e.label] = rel_err(out, eager_x[e.label])
+            del out
+            for _ in range(args.warmup):
+                fn()
+            sync(device)
+        except Exception:  # noqa: BLE001
+            failure(errors, f"{mode} T={tokens} {e.label}", log)
+            continue
+        fns[e.label] = fn
+        live.append(e)
+    entries = live
+    calls = {e.label: [] for e in entries}
+    if not entries:
+        for runner in runners:
+            runner._captures.clear()
+        return []
+    per_round = {e.label: [] for e in entries}
+    for r in range(args.rounds):
+        k = r % len(entries)
+        for e in entries[k:] + entries[:k]:
+            pk.activate(e.package_key)
+            ms = time_calls(fns[e.label], args.iters, device)
+            calls[e.label] += ms
+            per_round[e.label].append(statistics.median(ms))
+    recs = []
+    for e in entries:
+        recs.append({"variant": e.variant, "package": e.package, "tokens": tokens, "mode": mode,
+                     "median_ms": statistics.median(calls[e.label]), "min_ms": min(calls[e.label]),
+                     "round_medians_ms": per_round[e.label], "setup_s": setup[e.label],
+                     "vs_eager": vs_eager.get(e.label)})
+        log(f"  {mode:8s} T={tokens:6d} {e.label:12s} {recs[-1]['median_ms']:9.3f} ms"
+            f"  (setup {setup[e.label]:.1f} s, vs eager {vs_eager.get(e.label, float('nan')):.2e})")
+    for runner in runners:  # free the captured graphs and their static buffers before the next mode
+        runner._captures.clear()
+    del fns
+    return recs
+
+
+def ratios(records: list[dict]) -> list[dict]:
+    """ours / upstream per (variant, T, mode): median of the per-round ratios (same clock)."""
+    out = []
+    by = {(r["variant"], r["package"], r["tokens"], r["mode"]): r for r in records}
+    for (v, p, t, m), r in by.items():
+        up = by.get((v, "upstream", t, m))
+        if p != "ours" or up is None:
+            continue
+        rr = [a / b for a, b in zip(r["round_medians_ms"], up["round_medians_ms"])]
+        out.append({"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr),
+                    "round_ratios": rr})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Profile.
+
+def _device_us(evt) -> float:
+    for attr in ("self_device_time_total", "self_cuda_time_total"):
+        v = getattr(evt, attr, None)
+        if v is not None:
+            return float(v)
+    return 0.0
+
+
+def profile_entry(entry: Entry, inputs: dict, device, n: int = 3, top: int = 15) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn, _ = mode_callable(entry, "eager", inputs)
+    for _ in range(2):
+        fn()
+    sync(device)
+    host = []
+    for _ in range(n):  # host time to issue one forward, with the GPU queue drained before each
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+    sync(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(n):
+            fn()
+        sync(device)
+    avgs = prof.key_averages()
+    kernels = [e for e in avgs if e.device_type == torch.autograd.DeviceType.CUDA and _device_us(e) > 0]
+    gpu_total = sum(_device_us(e) for e in kernels) / n / 1e3
+    kernels.sort(key=_device_us, reverse=True)
+    cpu_ops = sorted((e for e in avgs if e.device_type == torch.autograd.DeviceType.CPU),
+                     key=lambda e: e.self_cpu_time_total, reverse=True)
+    return {
+        "host_ms_per_forward": statistics.median(host),
+        "gpu_kernel_ms_per_forward": gpu_total,
+        "top_kernels": [{"name": e.key, "calls_per_forward": e.count / n, "ms_per_forward": _device_us(e) / n / 1e3}
+                        for e in kernels[:top]],
+        "top_cpu_ops": [{"name": e.key, "calls_per_forward": e.count / n,
+                         "self_cpu_ms_per_forward": e.self_cpu_time_total / n / 1e3} for e in cpu_ops[:10]],
+    }
+
+
+def print_profile(label: str, tokens: int, p: dict) -> None:
+    print(f"\n### profile {label}, T={tokens}, eager: host {p['host_ms_per_forward']:.2f} ms/forward, "
+          f"GPU kernels {p['gpu_kernel_ms_per_forward']:.2f} ms/forward")
+    print("| kernel | calls/fwd | ms/fwd | % |\n|---|---:|---:|---:|")
+    tot = p["gpu_kernel_ms_per_forward"] or float("nan")
+    for k in p["top_kernels"]:
+        print(f"| `{k['name'][:90]}` | {k['calls_per_forward']:g} | {k['ms_per_forward']:.3f} | "
+              f"{100 * k['ms_per_forward'] / tot:.1f} |")
+    print("| CPU op (self) | calls/fwd | ms/fwd | |\n|---|---:|---:|---|")
+    for k in p["top_cpu_ops"]:
+        print(f"| `{k['name'][:90]}` | {k['calls_per_forward']:g} | {k['self_cpu_ms_per_forward']:.3f} | |")
+
+
+# ---------------------------------------------------------------------------------------------
+# Run description.
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _ltx2_commit(ltx2: Path) -> str:
+    if os.environ.get("LTX2_COMMIT"):
+        return os.environ["LTX2_COMMIT"]
+    for f in (ltx2 / "LTX2_COMMIT", ltx2.parent / "LTX2_COMMIT", REPO / ".upstream" / "LTX2_COMMIT"):
+        if f.is_file():
+            return f.read_text().strip()
+    return "unknown"
+
+
+def environment(args, device) -> dict:
+    import triton
+
+    env = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+           "python": platform.python_version(), "device": "cpu",
+           "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "repo_commit": args.repo_commit or _git_commit(), "ltx2_commit": _ltx2_commit(args.ltx2),
+           "triton_interpret": os.environ.get("TRITON_INTERPRET", "")}
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        env.update(device=p.name, sms=p.multi_processor_count, capability=f"{p.major}.{p.minor}")
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            env["nvidia_smi"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"],
+                capture_output=True, text=True, check=True).stdout.strip()
+    return env
+
+
+def print_tables(res: dict) -> None:
+    acc = res["accuracy"]
+    if acc:
+        print("\n## accuracy (relative Frobenius error; branches: worst block)\n")
+        print("| variant | package | T | out vs fp32 | attn1 | attn2 | ff | out vs bf16 | attn1 | attn2 | ff |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for a in acc:
+            f32, b16 = a["vs_fp32"]["summary"], (a.get("vs_bf16") or {}).get("summary")
+            cells = [f"{f32[k]:.2e}" for k in ("out", *BRANCHES)]
+            cells += [f"{b16[k]:.2e}" for k in ("out", *BRANCHES)] if b16 else ["-"] * 4
+            print(f"| {a['variant']} | {a['package']} | {a['tokens']} | " + " | ".join(cells) + " |")
+    tim = res["timing"]
+    if tim:
+        modes = [m for m in ALL_MODES if any(r["mode"] == m for r in tim)]
+        print("\n## time (median ms per pass through the blocks; full = whole eager forward)\n")
+        print("| variant | package | T | " + " | ".join(modes) + " |")
+        print("|---|---|---:|" + "---:|" * len(modes))
+        rows = sorted({(r["variant"], r["package"], r["tokens"]) for r in tim}, key=lambda x: (x[2], x[0], x[1]))
+        by = {(r["variant"], r["package"], r["tokens"], r["mode"]): r for r in tim}
+        for v, p, t in rows:
+            cells = [f"{by[(v, p, t, m)]['median_ms']:.3f}" if (v, p, t, m) in by else "-" for m in modes]
+            print(f"| {v} | {p} | {t} | " + " | ".join(cells) + " |")
+        if res["ratios"]:
+            print("\n| variant | T | mode | ours / upstream (median of per-round ratios) |\n|---|---:|---|---:|")
+            for r in res["ratios"]:
+                print(f"| {r['variant']} | {r['tokens']} | {r['mode']} | {r['ours_over_upstream']:.3f} |")
+        comp = [r for r in tim if r["mode"] in ("compile", "captured")]
+        if comp:
+            print("\nfirst call (compile / capture) s: " + ", ".join(
+                f"{r['variant']}/{r['package']} {r['mode']} T={r['tokens']}: {r['setup_s']:.1f}" for r in comp))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ltx2", type=Path, required=True, help="LTX-2 monorepo root (holds packages/ltx-core)")
+    ap.add_argument("--upstream-path", type=Path, help="folder printed by tools/upstream/build_upstream.sh")
+    ap.add_argument("--json", type=Path, help="results file (written after each token count too)")
+    ap.add_argument("--tokens", default="8192,32768")
+    ap.add_argument("--blocks", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=4096, help="model width (heads of 128)")
+    ap.add_argument("--context-tokens", type=int, default=1024)
+    ap.add_argument("--variants", default="bf16,fp8,fp6")
+    ap.add_argument("--packages", default="ours,upstream")
+    ap.add_argument("--modes", default="eager,graph,full,compile,captured")
+    ap.add_argument("--no-time", action="store_true", help="accuracy only")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=5, help="timed calls per entry per round")
+    ap.add_argument("--warmup", type=int, default=2, help="calls after the first, before timing")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-tokens", type=int, help="default: the largest of --tokens")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
+    ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run: hidden 256, T 256, accuracy only")
+    ap.add_argument("--time", action="store_true",
+                    help="with --smoke: run the timing code too (modes eager, full, compile; CPU clock)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.hidden, args.tokens, args.context_tokens = 256, "256", 32
+        args.no_time = not args.time
+        if args.time:
+            args.modes = ",".join(m for m in args.modes.split(",") if m in ("eager", "full", "compile"))
+            args.rounds, args.iters, args.warmup = min(args.rounds, 2), min(args.iters, 1), 0
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    args.tokens = [int(t) for t in args.tokens.split(",")]
+    args.variants = [v for v in args.variants.split(",") if v]
+    args.packages = [p for p in args.packages.split(",") if p]
+    args.modes = [m for m in args.modes.split(",") if m]
+    bad = set(args.variants) - {"bf16", *QUANT_VARIANTS} | set(args.modes) - set(ALL_MODES) \
+        | set(args.packages) - {"ours", "upstream"}
+    if bad:
+        ap.error(f"unknown variant / mode / package: {sorted(bad)}")
+    if args.hidden % 128:
+        ap.error("--hidden must be a multiple of 128")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    core_src = args.ltx2 / "packages" / "ltx-core" / "src"
+    if not (core_src / "ltx_core").is_dir():
+        raise SystemExit(f"--ltx2 {args.ltx2}: no packages/ltx-core/src/ltx_core there")
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
+    if device.type == "cpu" and not torch.cuda.is_available():
+        # ltx-core's blockwise policy quantizes each weight on the GPU (value.cuda())
+        torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference is fp32
+    torch.backends.cudnn.allow_tf32 = False
+
+    notes, roots = [], {}
+    if "ours" in args.packages:
+        roots["ours"] = REPO
+    if "upstream" in args.packages:
+        up = args.upstream_path
+        if up is None or not (up / "ltx_kernels").is_dir():
+            notes.append(f"upstream skipped: no built package at --upstream-path {up}")
+        elif device.type != "cuda":
+            notes.append("upstream skipped: its extensions need CUDA")
+        else:
+            roots["upstream"] = up.resolve()
+    for n in notes:
+        log(n)
+    quant = [v for v in args.variants if v in QUANT_VARIANTS]
+    if not roots:
+        raise SystemExit("no package to run (ltx-core's policies import ltx_kernels)")
+
+    pk = Packages(roots, core_src)
+    for name in roots:
+        pk.load(name)
+        log(f"{name}: ltx_kernels from {pk.ltx_core[name].ltx_kernels.__file__}; ops: {', '.join(pk.ops[name])}")
+    overlap = sorted(set.intersection(*(set(v) for v in pk.ops.values()))) if len(pk.ops) > 1 else []
+    # the references and the bf16 entry (pure PyTorch) run on the first package's ltx-core copy
+    base = next(iter(roots))
+    blc = pk.ltx_core[base]
+
+    res = {"environment": environment(args, device), "notes": notes,
+           "protocol": {"doc": "see the module docstring of bench/ltx_core_block.py",
+                        "isolation": "in-process, sys.modules swapped per package", "tokens": args.tokens,
+                        "blocks": args.blocks, "hidden": args.hidden, "heads": args.hidden // 128, "ffn": 4 * args.hidden,
+                        "context_tokens": args.context_tokens, "sigma": SIGMA, "fps": FPS, "seed": args.seed,
+                        "rounds": args.rounds, "iters": args.iters, "warmup": args.warmup, "modes": args.modes,
+                        "variants": args.variants, "packages": list(roots), "tf32": False},
+           "ops_registered": pk.ops, "ops_overlap": overlap, "accuracy": [], "timing": [], "ratios": [],
+           "profile": [], "errors": []}
+
+    def save():
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(res, indent=1))
+
+    config = transformer_config(args.hidden, args.blocks)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ltx_core_block_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    ckpt = workdir / "transformer.safetensors"
+    pk.activate(base)
+    t0 = time.perf_counter()
+    write_checkpoint(blc, config, ckpt, args.seed, device)
+    log(f"checkpoint {ckpt} ({ckpt.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
+
+    ref32 = build_model(blc, ckpt, "fp32", device, args.blocks)
+    ref16 = build_model(blc, ckpt, "bf16", device, args.blocks)
+    res["environment"]["attention"] = blc.attention.attention_label(ref16.transformer_blocks[0].attn1.attention_function)
+    entries = []
+    if "bf16" in args.variants:
+        e = Entry("bf16", "torch", blc, base)
+        e.models["eager"] = ref16
+        entries.append(e)
+    for v in quant:
+        for p in roots:
+            e = Entry(v, p, pk.ltx_core[p], p)
+            pk.activate(p)
+            t0 = time.perf_counter()
+            try:
+                e.models["eager"] = build_model(e.lc, ckpt, v, device, args.blocks)
+            except Exception:  # noqa: BLE001
+                failure(res["errors"], f"build {e.label}", log)
+                continue
+            log(f"built {e.label} in {time.perf_counter() - t0:.1f} s")
+            entries.append(e)
+    timed_modes = [] if args.no_time or (device.type != "cuda" and not args.smoke) else args.modes
+    if timed_modes and ({"compile", "captured"} & set(timed_modes)):
+        for e in entries:
+            pk.activate(e.package_key)
+            e.compile_configs = {"compile": e.lc.compiling.CompilationConfig(),
+                                 "captured": e.lc.compiling.CompilationConfig(capture=True)}
+            for m in ("compile", "captured"):
+                if m in timed_modes:
+                    try:
+                        e.models[m] = build_model(e.lc, ckpt, e.variant, device, args.blocks,
+                                                  compile_config=e.compile_configs[m])
+                    except Exception:  # noqa: BLE001
+                        failure(res["errors"], f"build {m} {e.label}", log)
+    prof_tokens = args.profile_tokens or max(args.tokens)
+
+    with torch.inference_mode():
+        for tokens in args.tokens:
+            inputs = make_inputs(blc, tokens, args.context_tokens, args.hidden, device, args.seed)
+            pk.activate(base)
+            t0 = time.perf_counter()
+            want32 = hooked_forward(blc, ref32, inputs, torch.float32)
+            want16 = hooked_forward(blc, ref16, inputs, torch.bfloat16)
+            log(f"T={tokens}: references in {time.perf_counter() - t0:.1f} s")
+            eager_x = {}
+            for e in entries:
+                pk.activate(e.package_key)
+                try:
+                    got = want16 if e.variant == "bf16" else hooked_forward(e.lc, e.models["eager"], inputs, e.dtype)
+                    rec = {"variant": e.variant, "package": e.package, "tokens": tokens,
+                           "vs_fp32": compare(got, want32), "vs_bf16": None if e.variant == "bf16" else compare(got, want16)}
+                    del got
+                    if timed_modes:
+                        fn, _ = mode_callable(e, "eager", inputs)
+                        eager_x[e.label] = fn().clone()
+                except Exception:  # noqa: BLE001
+                    failure(res["errors"], f"accuracy T={tokens} {e.label}", log)
+                    continue
+                res["accuracy"].append(rec)
+                s = rec["vs_fp32"]["summary"]
+                log(f"  accuracy {e.label:12s} vs fp32: out {s['out']:.2e} attn1 {s['attn1']:.2e} "
+                    f"attn2 {s['attn2']:.2e} ff {s['ff']:.2e}")
+            del want32, want16
+            save()
+            if timed_modes:
+                for mode in timed_modes:
+                    live = [e for e in entries if e.label in eager_x]
+                    recs = run_timing(mode, tokens, live, pk, inputs, eager_x, args, device, log, res["errors"])
+                    res["timing"] += recs
+                    res["ratios"] = ratios(res["timing"])
+                    save()
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+            if args.profile and tokens == prof_tokens:
+                for e in entries:
+                    pk.activate(e.package_key)
+                    try:
+                        p = profile_entry(e, inputs, device)
+                    except Exception:  # noqa: BLE001
+                        failure(res["errors"], f"profile T={tokens} {e.label}", log)
+                        continue
+                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens, **p})
+                    print_profile(e.label, tokens, p)
+                save()
+            del inputs, eager_x
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    print(f"\n# LTX-2 video transformer through ltx-core: {args.blocks} blocks, hidden {args.hidden}, "
+          f"device {res['environment']['device']}, torch {torch.__version__}, attention "
+          f"{res['environment']['attention']}, ops overlap {overlap or 'none'}")
+    for n in notes:
+        print(f"note: {n}")
+    print_tables(res)
+    for err in res["errors"]:
+        print(f"\nFAILED {err['what']}: {err['traceback'].strip().splitlines()[-1]}")
+    save()
+    if args.workdir is None:
+        ckpt.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            workdir.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
