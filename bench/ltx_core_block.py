@@ -6,8 +6,9 @@ Usage
 -----
     python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
         --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
-        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile]
-    python bench/ltx_core_block.py --ltx2 /work/up --smoke        # CPU, TRITON_INTERPRET=1, seconds
+        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540]
+    python bench/ltx_core_block.py --ltx2 /work/up --smoke [--time] # CPU, TRITON_INTERPRET=1, ~1 min
+    python bench/ltx_core_block.py --report out.json                # the tables of an earlier run
 
 ``--ltx2`` is LTX-2's monorepo root (the folder holding ``packages/ltx-core``). ltx-core is
 imported from there; this package from the repository; LTX-2's ltx-kernels from
@@ -50,7 +51,7 @@ arguments prepared once by the model's own ``video_args_preprocessor``), by CUDA
   compile   ltx-core's ``compile_transformer`` (CompilationConfig() defaults: each block through
             torch.compile, dynamic sequence dimension), called under its config patches;
   captured  ``compile_transformer_captured`` (CompilationConfig(capture=True)): compiled blocks and
-            one CUDA graph over the loop, ltx-core's fastest single-GPU path;
+            one CUDA graph over the loop (its ``CudaGraphRunner`` again);
   full      eager ``model(video, None, None)`` including RoPE/timestep preparation and the output
             projection (package-independent work, for scale).
 The first call of each (entry, mode, T) -- torch.compile's compile, the graph capture -- is timed
@@ -74,15 +75,16 @@ sets and their intersection (empty). ltx-core's transformer path registers no op
 its VAE modules do, never imported here); its models, TransformerArgs classes and Dynamo code
 objects are per copy, so compiled code and CUDA graphs of one package never serve the other. The
 pybind modules do not collide either: upstream binds one class (``All2All``), this package only
-functions. In-process lets the entries alternate call by call in one round, which per-package
-subprocesses cannot.
+functions. In-process lets every round visit every entry on the same clock, a few calls each,
+which per-package subprocesses could only approximate with whole alternating runs.
 
 ``--profile``: a torch.profiler summary at ``--profile-tokens`` (default: the largest T) per
 (variant, package), eager: the top kernels by GPU time per forward and the host (CPU) time per
 forward, printed and stored.
 
 ``--smoke``: hidden 256 (2 heads x 128), FFN 1024, 2 blocks, T = 256, 32 context tokens, CPU,
-this package under TRITON_INTERPRET=1, eager accuracy only. On a machine without CUDA,
+this package under TRITON_INTERPRET=1, eager accuracy only (``--time`` adds the timing code on
+the CPU clock for the eager, full and compile modes: a path check). On a machine without CUDA,
 ``Tensor.cuda`` is made the identity for the run, since ltx-core's policy moves each weight to
 the GPU to quantize it.
 """
@@ -630,13 +632,15 @@ def print_tables(res: dict) -> None:
         if comp:
             print("\nfirst call (compile / capture) s: " + ", ".join(
                 f"{r['variant']}/{r['package']} {r['mode']} T={r['tokens']}: {r['setup_s']:.1f}" for r in comp))
+    for err in res.get("errors", []):
+        print(f"\nFAILED {err['what']}: {err['traceback'].strip().splitlines()[-1]}")
 
 
 # ---------------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ltx2", type=Path, required=True, help="LTX-2 monorepo root (holds packages/ltx-core)")
+    ap.add_argument("--ltx2", type=Path, help="LTX-2 monorepo root (holds packages/ltx-core)")
     ap.add_argument("--upstream-path", type=Path, help="folder printed by tools/upstream/build_upstream.sh")
     ap.add_argument("--json", type=Path, help="results file (written after each token count too)")
     ap.add_argument("--tokens", default="8192,32768")
@@ -655,10 +659,15 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
     ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
+    ap.add_argument("--budget-s", type=float,
+                    help="start no new timing mode or profile after this many seconds (the rest is skipped, noted)")
+    ap.add_argument("--report", type=Path, help="only print the tables of an earlier results file")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run: hidden 256, T 256, accuracy only")
     ap.add_argument("--time", action="store_true",
                     help="with --smoke: run the timing code too (modes eager, full, compile; CPU clock)")
     args = ap.parse_args(argv)
+    if args.ltx2 is None and args.report is None:
+        ap.error("--ltx2 is required")
     if args.smoke:
         args.hidden, args.tokens, args.context_tokens = 256, "256", 32
         args.no_time = not args.time
@@ -680,8 +689,20 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()
     args = parse_args(argv)
+    if args.report:
+        res = json.loads(args.report.read_text())
+        print_tables(res)
+        return 0
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    def over_budget(what: str) -> bool:
+        if args.budget_s is None or time.perf_counter() - started < args.budget_s:
+            return False
+        res["notes"].append(f"skipped (over --budget-s {args.budget_s:g}): {what}")
+        log(res["notes"][-1])
+        return True
     core_src = args.ltx2 / "packages" / "ltx-core" / "src"
     if not (core_src / "ltx_core").is_dir():
         raise SystemExit(f"--ltx2 {args.ltx2}: no packages/ltx-core/src/ltx_core there")
@@ -807,6 +828,8 @@ def main(argv=None) -> int:
             save()
             if timed_modes:
                 for mode in timed_modes:
+                    if over_budget(f"{mode} T={tokens}"):
+                        continue
                     live = [e for e in entries if e.label in eager_x]
                     recs = run_timing(mode, tokens, live, pk, inputs, eager_x, args, device, log, res["errors"])
                     res["timing"] += recs
@@ -814,7 +837,7 @@ def main(argv=None) -> int:
                     save()
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
-            if args.profile and tokens == prof_tokens:
+            if args.profile and tokens == prof_tokens and not over_budget(f"profile T={tokens}"):
                 for e in entries:
                     pk.activate(e.package_key)
                     try:
@@ -831,11 +854,9 @@ def main(argv=None) -> int:
     print(f"\n# LTX-2 video transformer through ltx-core: {args.blocks} blocks, hidden {args.hidden}, "
           f"device {res['environment']['device']}, torch {torch.__version__}, attention "
           f"{res['environment']['attention']}, ops overlap {overlap or 'none'}")
-    for n in notes:
+    for n in res["notes"]:
         print(f"note: {n}")
     print_tables(res)
-    for err in res["errors"]:
-        print(f"\nFAILED {err['what']}: {err['traceback'].strip().splitlines()[-1]}")
     save()
     if args.workdir is None:
         ckpt.unlink(missing_ok=True)
