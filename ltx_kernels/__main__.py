@@ -126,13 +126,13 @@ def _bench_section(torch, cases, dev) -> None:
             if r:
                 continue
             try:
-                ms = _time_ms(lambda: case.run(d, be))
+                ms = _time_ms(lambda d=d, be=be: case.run(d, be))
             except Exception as e:
                 print(f"  {case.name:26s} {be:8s} failed: {type(e).__name__}: {e}")
                 continue
             rate = f"{flops / ms / 1e9:8.1f} TFLOP/s" if flops else f"{nbytes / ms / 1e6:8.1f} GB/s"
             print(f"  {case.name:26s} {be:8s} {ms:9.3f}  {rate}")
-        del d
+        d = None  # free the LTX-2-sized inputs before the next case's
         torch.cuda.empty_cache()
 
 

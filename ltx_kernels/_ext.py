@@ -71,7 +71,8 @@ def _load_jit(name: str, pre_why: str, **ensure_kwargs):
         return None, why
     _info[name] = {"origin": "compiled" if meta.get("fresh") else "cache", "path": str(path),
                    "targets": meta.get("targets"), "seconds": meta.get("seconds")}
-    log.debug("%s: %s build %s (for %s)", name, _info[name]["origin"], path, ", ".join(meta.get("targets", ())))
+    log.debug("%s: %s %s (for %s)", name, "compiled now:" if meta.get("fresh") else "not prebuilt; cached build",
+              path, ", ".join(cfg.sm(a) for a in meta.get("targets", ())))
     return mod, None
 
 

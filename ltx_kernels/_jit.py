@@ -43,7 +43,6 @@ from typing import Callable
 import torch
 
 from . import _build_config as cfg
-from ._dispatch import log
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -271,8 +270,12 @@ def cached(p: Plan) -> tuple[Path, dict] | None:
 def file_lock(path: Path, waiting: Callable[[], None] | None = None):
     """An exclusive advisory lock on ``path`` (created if needed), held for the block. The OS
     releases it when the holder exits, killed or not. ``waiting`` is called once if another
-    process holds it."""
-    import fcntl
+    process holds it. Without fcntl (not POSIX) the block runs unlocked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -364,7 +367,6 @@ def ensure(name: str, *, archs: list[str] | None = None, force: bool = False,
     hit = None if force else cached(p)
     if hit is not None:
         folder, meta = hit
-        log.debug("%s: cached build %s", name, folder)
         return folder / f"{name}.so", meta
     failed = _read_json(p.folder / "failed.json")
     if failed is not None and not force:
@@ -381,19 +383,25 @@ def ensure(name: str, *, archs: list[str] | None = None, force: bool = False,
         hit = None if force else cached(p)
         if hit is not None:  # another process built it while this one waited
             return hit[0] / f"{name}.so", hit[1]
-        if p.folder.exists():  # a force rebuild, an earlier failure or an interrupted build
-            shutil.rmtree(p.folder, ignore_errors=True)
-        p.folder.mkdir(parents=True)
+        try:
+            if p.folder.exists():  # a force rebuild, an earlier failure or an interrupted build
+                shutil.rmtree(p.folder)
+            p.folder.mkdir(parents=True)
+        except OSError as e:
+            return None, f"cannot write the compile cache {p.folder} ({e}); set LTX_KERNELS_CACHE_DIR"
         what = ", ".join(cfg.sm(a) for a in p.targets)
         if announce:
             _say(f"compiling the CUDA extension {name} for {what} (first use; takes a minute or two; "
                  f"cached in {p.folder})")
         t0 = time.time()
-        rc, text = (builder or _compile_child)(p, p.folder / "build.log", progress)
+        try:
+            rc, text = (builder or _compile_child)(p, p.folder / "build.log", progress)
+        except OSError as e:  # the compiler process could not be started or its log written
+            rc, text = None, f"could not run the compile: {e}"
         secs = time.time() - t0
         if rc != 0 or not p.module_path.is_file():
-            if rc is not None and rc < 0:  # killed by a signal: worth trying again next time
-                reason = f"the compiler was killed (signal {-rc})"
+            if rc is None or rc < 0:  # not started, or killed by a signal: worth trying again next time
+                reason = text if rc is None else f"the compiler was killed (signal {-rc})"
             else:
                 reason = _error_excerpt(text)
                 _write_json(p.folder / "failed.json", {"reason": reason, "exit_code": rc, "inputs": p.inputs,
