@@ -29,8 +29,10 @@ _memory: dict[str, dict] = {}
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("LTX_KERNELS_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "ltx-kernels"
+    """$LTX_KERNELS_CACHE_DIR, default ~/.cache/ltx-kernels (the compiled extensions live there too)."""
+    from ._jit import cache_root
+
+    return cache_root()
 
 
 def device_name(device=None) -> str:
@@ -67,6 +69,32 @@ def _table(dev: str) -> dict:
             table.update(_load(cache_dir() / f"{_file_stem(dev)}.json"))
             _memory[dev] = table
         return _memory[dev]
+
+
+def shipped_dir() -> Path:
+    return _SHIPPED
+
+
+def tables(dev: str) -> tuple[dict, dict]:
+    """(shipped, user-cached) configs of device ``dev``, read from disk."""
+    stem = _file_stem(dev)
+    return _load(_SHIPPED / f"{stem}.json"), _load(cache_dir() / f"{stem}.json")
+
+
+def known_devices() -> list[str]:
+    """Device names with shipped or user-cached configs (read from the files' "device" field)."""
+    names = []
+    for folder in (_SHIPPED, cache_dir()):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            name = data.get("device") if isinstance(data, dict) else None
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+    return names
 
 
 def entry_key(kernel: str, key: Iterable) -> str:

@@ -6,6 +6,8 @@
     python -m ltx_kernels.warmup --check         # what is cached / shipped / missing, no tuning
 
 Configs go to $LTX_KERNELS_CACHE_DIR (default ~/.cache/ltx-kernels), keyed by device name.
+``--check`` only reads the caches, so it needs no GPU: it reports every device that has shipped
+or cached configs, and the visible GPU if any.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ def _backend_jobs(shapes, dev):
     import ltx_kernels as lk
     from ltx_kernels import _ext, gemm, tuning
 
-    if _ext.load("_C_gemm_sm90")[0] is None or torch.cuda.get_device_capability(dev) != (9, 0):
+    # (the arch first: loading may compile the extension)
+    if torch.cuda.get_device_capability(dev) != (9, 0) or _ext.load("_C_gemm_sm90")[0] is None:
         return
     for m, n, k in shapes:
         def make(m=m, n=n, k=k):
@@ -76,6 +79,14 @@ def _backend_jobs(shapes, dev):
                     2.0 * m * n * k)
 
         yield gemm.BACKEND_CHOICE, (n, k, tuning.m_bucket(m)), f"backend {m}x{n}x{k}", make
+
+
+def _backend_keys(shapes):
+    """The keys the backend jobs record, without a device."""
+    from ltx_kernels import gemm, tuning
+
+    for m, n, k in shapes:
+        yield gemm.BACKEND_CHOICE, (n, k, tuning.m_bucket(m)), f"backend {m}x{n}x{k}", None
 
 
 def _memory_jobs(dev):
@@ -169,31 +180,27 @@ def main(argv=None) -> int:
     from ltx_kernels import tuning
     from ltx_kernels.triton import prepare
 
+    shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes
+              else gemm_shapes(args.quick))
+    if args.check:
+        return check(shapes, args)
     if not torch.cuda.is_available():
-        print("warmup needs a CUDA device (configs are tuned per GPU)", file=sys.stderr)
+        print("warmup needs a CUDA device (configs are tuned per GPU); --check reports the caches without one",
+              file=sys.stderr)
         return 2
     prepare()
     dev = torch.device("cuda")
-    shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes
-              else gemm_shapes(args.quick))
     jobs = list(_gemm_jobs(shapes, dev)) + list(_backend_jobs(shapes, dev))
     if not args.gemm_only and not args.shapes:
         jobs += list(_memory_jobs(dev))
-    if args.only:
-        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-        jobs = [j for j in jobs if any(w in j[2] for w in wanted)]
+    jobs = _only(jobs, args.only)
     print(f"device: {tuning.device_name(dev)}; cache: {tuning.cache_dir()}; {len(jobs)} kernel/shape pairs")
-    rows, missing = [], 0
+    rows = []
     seen = set()
     for i, (kernel, key, label, make) in enumerate(jobs):
         if (kernel, key) in seen:
             continue
         seen.add((kernel, key))
-        hit = tuning.lookup(kernel, key, dev)
-        if args.check:
-            missing += hit is None
-            print(f"  {kernel:14s} {label:28s} {'cached/shipped' if hit else 'MISSING'}")
-            continue
         t0 = time.time()
         cands, run, flops = make()
         cfg, ms = tuning.tune(kernel, key, cands, run, dev, verbose=args.verbose)
@@ -202,13 +209,60 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(jobs)}] {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  ({time.time() - t0:.0f}s)",
               flush=True)
         torch.cuda.empty_cache()
-    if args.check:
-        print(f"{missing} missing")
-        return 1 if missing else 0
     print("\nchosen configs:")
     for kernel, label, cfg, ms, rate in rows:
         print(f"  {kernel:14s} {label:28s} {ms * 1e3:9.1f} us {rate}  {cfg}")
     return 0
+
+
+def _only(jobs, only):
+    if not only:
+        return jobs
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    return [j for j in jobs if any(w in j[2] for w in wanted)]
+
+
+def check(shapes, args) -> int:
+    """Per device: which of the warmup's configs are in the user cache, shipped with the package, or
+    missing (the kernel's heuristic then picks). Reads files only. Exit code 1 when configs are
+    missing for the visible GPU (what the warmup would tune here), else 0."""
+    from ltx_kernels import gemm, tuning
+
+    gpu = tuning.device_name(torch.device("cuda")) if torch.cuda.is_available() else None
+    sm90 = gpu is not None and torch.cuda.get_device_capability() == (9, 0)
+    devices = tuning.known_devices()
+    if gpu is not None and gpu not in devices:
+        devices.insert(0, gpu)
+    print(f"shipped configs: {tuning.shipped_dir()}\nuser cache: {tuning.cache_dir()}\n"
+          f"visible GPU: {gpu or 'none'}")
+    if not devices:
+        print("no device has shipped or cached configs")
+        return 0
+    missing_here = 0
+    for dev in devices:
+        shipped, cached = tuning.tables(dev)
+        jobs = list(_gemm_jobs(shapes, None))
+        if (dev == gpu and sm90) or any(k.startswith(gemm.BACKEND_CHOICE + "|") for k in (*shipped, *cached)):
+            jobs += list(_backend_keys(shapes))
+        if not args.gemm_only and not args.shapes:
+            jobs += list(_memory_jobs(None))
+        jobs = _only(jobs, args.only)
+        counts = {"cached": 0, "shipped": 0, "missing": 0}
+        print(f"\ndevice {dev}" + (" (the visible GPU)" if dev == gpu else "") + ":")
+        seen = set()
+        for kernel, key, label, _ in jobs:
+            k = tuning.entry_key(kernel, key)
+            if k in seen:
+                continue
+            seen.add(k)
+            where = "cached" if k in cached else "shipped" if k in shipped else "missing"
+            counts[where] += 1
+            note = " (overrides the shipped one)" if where == "cached" and k in shipped else ""
+            print(f"  {kernel:20s} {label:28s} {where.upper() if where == 'missing' else where}{note}")
+        print(f"  {counts['cached']} cached, {counts['shipped']} shipped, {counts['missing']} missing")
+        if dev == gpu:
+            missing_here = counts["missing"]
+    return 1 if missing_here else 0
 
 
 if __name__ == "__main__":

@@ -112,7 +112,9 @@ class All2All(CudaIpcBackend, TorchBackend):
                     device=device, _local_peers=shared) for r in range(world_size)]
 
     def _info(self):
-        mod, why = _ext.load("_C_all2all")
+        # Loading may compile the extension: only for a rank that could use it (cuda_reasons
+        # reports a rank off CUDA).
+        why = _ext.load("_C_all2all")[1] if self.device.type == "cuda" else None
         return {"host": socket.gethostname(), "device": str(self.device), "capacity": self.capacity,
                 "ext": why, "dtype": str(self.dtype)}
 
