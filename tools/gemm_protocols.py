@@ -120,6 +120,7 @@ def main():
     ap.add_argument("--shapes")
     ap.add_argument("--backends", default="cuda", help="our backends to time (cuda, triton)")
     ap.add_argument("--protocols", default="burst,sustained")
+    ap.add_argument("--anchors", default="cublas_blockwise,cublas_tensorwise,cublas_bf16")
     ap.add_argument("--sustain-ms", type=float, default=1500.0)
     ap.add_argument("--upstream-path", help="folder holding LTX-2's built blockwise_cpp (deep_gemm column)")
     args = ap.parse_args()
@@ -139,10 +140,16 @@ def main():
                                                                                         dtype=torch.bfloat16)
         fns = {}
         for be in filter(None, args.backends.split(",")):
-            fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
-        fns["cublas_blockwise"] = lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)
-        fns["cublas_tensorwise"] = lambda: torch._scaled_mm(qa, qb.t(), ones_a, ones_a, out_dtype=torch.bfloat16)
-        fns["cublas_bf16"] = lambda: bf_a @ bf_b.t()
+            if "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster)
+                cfg = tuple(int(v) for v in be.split("@")[1].split("x"))
+                mod = lk._ext.load("_C_gemm_sm90")[0]
+                fns[be] = lambda cfg=cfg, mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, 1)
+            else:
+                fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
+        anchors = {"cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16),
+                   "cublas_tensorwise": lambda: torch._scaled_mm(qa, qb.t(), ones_a, ones_a, out_dtype=torch.bfloat16),
+                   "cublas_bf16": lambda: bf_a @ bf_b.t()}
+        fns.update({a: anchors[a] for a in args.anchors.split(",") if a in anchors})
         errors = {}
         if deep_gemm is not None and n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS:
             d_up = torch.empty_like(d)
@@ -150,7 +157,7 @@ def main():
             fns["deep_gemm"]()
             lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d)
             want = lk.reference.fp8_gemm_nt(qa, sa, qb, sb, bias)
-            for name, got in (("ours", d), ("deep_gemm", d_up)):
+            for name, got in (("cuda", d), ("deep_gemm", d_up)):
                 errors[name] = ((got.float() - want).norm() / want.norm()).item()
         names = list(fns)
         names = names[shape_index % len(names):] + names[:shape_index % len(names)]

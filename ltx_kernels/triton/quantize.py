@@ -220,14 +220,18 @@ def _quantize_weights_kernel(w_ptr, q_ptr, s_ptr, stride_w, stride_q, KB, scale_
 
 @triton.jit
 def _dequantize_kernel(q_ptr, s_ptr, o_ptr, M, K, stride_q, stride_o, s_sm, s_sk,
-                       ROWS_PER_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+                       ROWS_PER_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_KB: tl.constexpr):
+    # A tile of BLOCK_M rows x BLOCK_KB whole 128-blocks: one scale per (row, block), broadcast
+    # over its 128 codes (a scale gathered per element costs as much traffic as the codes).
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = (rows[:, None] < M) & (cols[None, :] < K)
-    q = tl.load(q_ptr + rows[:, None] * stride_q + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(s_ptr + (rows[:, None] // ROWS_PER_SCALE) * s_sm + (cols[None, :] // 128) * s_sk,
-                mask=mask, other=0.0)
-    tl.store(o_ptr + rows[:, None] * stride_o + cols[None, :], (q * s).to(o_ptr.dtype.element_ty), mask=mask)
+    kbs = tl.program_id(1) * BLOCK_KB + tl.arange(0, BLOCK_KB)
+    cols = kbs[:, None] * 128 + tl.arange(0, 128)[None, :]
+    mask = (rows[:, None, None] < M) & (cols[None, :, :] < K)
+    q = tl.load(q_ptr + rows[:, None, None] * stride_q + cols[None, :, :], mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(s_ptr + (rows[:, None] // ROWS_PER_SCALE) * s_sm + kbs[None, :] * s_sk,
+                mask=(rows[:, None] < M) & (kbs[None, :] * 128 < K), other=0.0)
+    tl.store(o_ptr + rows[:, None, None] * stride_o + cols[None, :, :], (q * s[:, :, None]).to(o_ptr.dtype.element_ty),
+             mask=mask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,8 +401,10 @@ def dequantize(q2, scales, out2, rows_per_scale: int):
     m, k = q2.shape
     if m == 0:
         return None
-    block_m, block_k = 8, 512
-    grid = (cdiv(m, block_m), cdiv(k, block_k))
+    # about 8K codes a program, whole rows where K allows (K = 4096: 2 rows of 32 blocks)
+    block_kb = min(next_pow2(cdiv(k, 128)), 32)
+    block_m = max(1, 64 // block_kb)
+    grid = (cdiv(m, block_m), cdiv(k, block_kb * 128))
     args = (q2, scales, out2, m, k, q2.stride(0), out2.stride(0), scales.stride(0), scales.stride(1),
-            rows_per_scale, block_m, block_k)
+            rows_per_scale, block_m, block_kb)
     return direct_launcher(_dequantize_kernel[grid](*args, num_warps=8), grid, args, 3)

@@ -12,6 +12,8 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+LOGS=/tmp/side_by_side_logs  # packed into $OUT/logs.tgz at the end (few files come back)
+mkdir -p "$LOGS"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LTX_KERNELS_CACHE_DIR=${LTX_KERNELS_CACHE_DIR:-/tmp/ltxk}
 SCRATCH=${UPSTREAM_SCRATCH:-/tmp/ltx2}
 BUDGET=${BUDGET:-240}
@@ -31,9 +33,9 @@ PY
 upstream_path() {
   if [ -n "${UPSTREAM_SO:-}" ]; then
     mkdir -p /tmp/upstream_so && tar xzf "$UPSTREAM_SO" -C /tmp/upstream_so
-    UPSTREAM_PREBUILT=/tmp/upstream_so UPSTREAM_SCRATCH=$SCRATCH bash tools/upstream/build_upstream.sh 2>> "$OUT/build_upstream.log" | tail -1
+    UPSTREAM_PREBUILT=/tmp/upstream_so UPSTREAM_SCRATCH=$SCRATCH bash tools/upstream/build_upstream.sh 2>> "$LOGS/build_upstream.log" | tail -1
   else
-    UPSTREAM_SCRATCH=$SCRATCH MAX_JOBS=${MAX_JOBS:-12} bash tools/upstream/build_upstream.sh 2>> "$OUT/build_upstream.log" | tail -1
+    UPSTREAM_SCRATCH=$SCRATCH MAX_JOBS=${MAX_JOBS:-12} bash tools/upstream/build_upstream.sh 2>> "$LOGS/build_upstream.log" | tail -1
   fi
 }
 
@@ -47,29 +49,42 @@ for phase in "$@"; do
       if [ -n "${OURS_PREBUILT:-}" ]; then
         mkdir -p "$LTX_KERNELS_CACHE_DIR" && tar xzf "$OURS_PREBUILT" -C "$LTX_KERNELS_CACHE_DIR"
       fi
-      (python -m ltx_kernels build > "$OUT/build_ours.log" 2>&1; echo "ours rc=$?" >> "$OUT/build_ours.log") &
+      (python -m ltx_kernels build > "$LOGS/build_ours.log" 2>&1; echo "ours rc=$?" >> "$LOGS/build_ours.log") &
       UP=$(upstream_path)
       wait
-      echo "upstream: $UP; ours: $(tail -1 "$OUT/build_ours.log"); $(( $(date +%s) - t0 )) s"
+      echo "upstream: $UP; ours: $(tail -1 "$LOGS/build_ours.log"); $(( $(date +%s) - t0 )) s"
       (cd "$LTX_KERNELS_CACHE_DIR" && find extensions -name '*.so' -o -name '*.json' | tar czf "$OUT/ours_ext.tgz" -T -)
       (cd "$UP" && tar czf "$OUT/upstream_so.tgz" ./*.so)
       ;;
-    first-use) python bench/first_use.py > "$OUT/first_use.log" 2>&1; tail -3 "$OUT/first_use.log" ;;
+    first-use) python bench/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
     block-eager)
       [ -n "$UP" ] || UP=$(upstream_path)
       python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile \
-        --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$OUT/block_eager.log"
+        --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$LOGS/block_eager.log"
       tail -40 "$OUT/block_eager.md" ;;
     block-compile)
       [ -n "$UP" ] || UP=$(upstream_path)
       python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured \
-        --budget-s "$BUDGET" --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$OUT/block_compile.log"
+        --budget-s "$BUDGET" --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$LOGS/block_compile.log"
       tail -30 "$OUT/block_compile.md" ;;
     gemm)
       [ -n "$UP" ] || UP=$(upstream_path)
       python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/gemm.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} \
-        > "$OUT/gemm.log" 2>&1; tail -30 "$OUT/gemm.log" ;;
-    tests) python -m pytest tests -q -x ${TEST_K:+-k "$TEST_K"} > "$OUT/tests.log" 2>&1; tail -5 "$OUT/tests.log" ;;
+        --backends "${GEMM_BACKENDS:-cuda}" --anchors "${GEMM_ANCHORS:-cublas_blockwise,cublas_tensorwise,cublas_bf16}" \
+        > "$LOGS/gemm.log" 2>&1; tail -30 "$LOGS/gemm.log" ;;
+    ncu)
+      [ -n "$UP" ] || UP=$(upstream_path)
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      read -r -a cfgs <<< "${NCU_CFGS:-256x128x2}"
+      n=$(( ${#cfgs[@]} + 2 ))
+      timeout 300 "$NCU" --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s "$n" -c "$n" --set detailed \
+        --section WarpStateStats --section InstructionStats -o /tmp/ncu_gemm -f \
+        python tools/upstream/ncu_vs_deep_gemm.py "$UP" ${NCU_SHAPE:-32768 4096 4096} "${cfgs[@]}" > "$LOGS/ncu_run.log" 2>&1
+      "$NCU" -i /tmp/ncu_gemm.ncu-rep --print-details all > "$OUT/ncu_gemm.txt" 2>&1
+      grep -E "^  [a-z_].*\(|SM Frequency|^    Duration|Tensor|Issue Slots Busy|L2 Cache Throughput|Executed Instructions  |Registers Per" \
+        "$OUT/ncu_gemm.txt" | head -60 ;;
+    tests) python -m pytest tests -q -x ${TEST_K:+-k "$TEST_K"} > "$LOGS/tests.log" 2>&1; tail -5 "$LOGS/tests.log" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
+tar czf "$OUT/logs.tgz" -C "$LOGS" .

@@ -1,0 +1,34 @@
+"""Launches, for Nsight Compute, this package's SM90 GEMM (the host's choice and any forced
+instantiations) and LTX-2's own (vendored deep_gemm) on one shape, each once after a warm-up:
+
+    ncu --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s N -c N ... \\
+        python tools/upstream/ncu_vs_deep_gemm.py UPSTREAM_PATH M N K [BMxBNxCL ...]
+
+(N = 2 + the number of forced configs: the warm-up launches are skipped.)
+"""
+import sys
+
+import torch
+
+import ltx_kernels as lk
+
+sys.path.insert(0, sys.argv[1])
+import blockwise_cpp  # noqa: E402
+
+m, n, k = (int(v) for v in sys.argv[2:5])
+cfgs = [tuple(int(v) for v in c.split("x")) for c in sys.argv[5:]]
+torch.manual_seed(0)
+qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+bias = torch.randn(n, device="cuda")
+d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+mod = lk._ext.load("_C_gemm_sm90")[0]
+runs = [lambda: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d)]
+runs += [lambda c=c: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *c, 1) for c in cfgs]
+runs += [lambda: blockwise_cpp.fp8_gemm_nt_sm90((qa, sa), (qb, sb), d, bias=bias)]
+for r in runs:  # warm-up (skipped by ncu -s)
+    r()
+torch.cuda.synchronize()
+for r in runs:
+    r()
+torch.cuda.synchronize()
