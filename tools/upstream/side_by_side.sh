@@ -8,7 +8,8 @@
 # in parallel; both builds are also packed as ours_ext.tgz / upstream_so.tgz so a later run can
 # reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (bench/first_use.py), block-eager /
 # block-compile (bench/ltx_core_block.py eager+graph+full with a profile / compile+captured),
-# gemm (tools/gemm_protocols.py with the deep_gemm column), tests (the GPU suite).
+# gemm (tools/gemm_protocols.py with the deep_gemm column), ncu (ours and deep_gemm in one Nsight
+# Compute profile), tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -23,7 +24,10 @@ env_json() {
 import json, subprocess, sys, time, torch, triton
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
                       "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+import os
+# REPO_COMMIT: the commit of the tree that was copied here (a copied tree's .git may be another's)
+commit = os.environ.get("REPO_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                         text=True).stdout.strip()
 json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": torch.cuda.get_device_name(),
            "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
            "triton": triton.__version__, "commit": commit}, open(sys.argv[1], "w"), indent=1)
@@ -59,12 +63,12 @@ for phase in "$@"; do
     first-use) python bench/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
     block-eager)
       [ -n "$UP" ] || UP=$(upstream_path)
-      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile \
+      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} \
         --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$LOGS/block_eager.log"
       tail -40 "$OUT/block_eager.md" ;;
     block-compile)
       [ -n "$UP" ] || UP=$(upstream_path)
-      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured \
+      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} \
         --budget-s "$BUDGET" --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$LOGS/block_compile.log"
       tail -30 "$OUT/block_compile.md" ;;
     gemm)
