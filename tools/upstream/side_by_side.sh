@@ -60,6 +60,14 @@ for phase in "$@"; do
       (cd "$LTX_KERNELS_CACHE_DIR" && find extensions -name '*.so' -o -name '*.json' | tar czf "$OUT/ours_ext.tgz" -T -)
       (cd "$UP" && tar czf "$OUT/upstream_so.tgz" ./*.so)
       ;;
+    readme-install)  # README's commands on a fresh machine (offline: the setuptools wheel in .whl/)
+      ( export PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/.whl
+        python -m pip install -e ".[test]" 2>&1 | tail -3
+        python -c "import ltx_kernels._C_gemm_sm90" 2>&1 | tail -1
+        LTX_KERNELS_LOG=debug python bench/first_use.py 2>&1; echo "first_use rc=$?"
+        python bench/first_use.py 2>&1; echo "first_use again rc=$?"
+        python -m ltx_kernels --no-bench 2>&1; echo "main rc=$?" ) > "$OUT/readme_install.log" 2>&1
+      grep -E "rc=|compil|SM90 kernel ran|checked|auto ->" "$OUT/readme_install.log" | head -40 ;;
     first-use) python bench/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
     block-eager)
       [ -n "$UP" ] || UP=$(upstream_path)
