@@ -50,3 +50,11 @@ def test_remaining_upstream_names(device):
     else:
         with pytest.raises(RuntimeError, match="no CUDA device"):
             arch.get_device_arch()
+
+
+def test_dequantize_needs_a_pair(device):
+    q, s = triton_ops.blockwise_quantize_triton(torch.randn(2, 256, device=device))
+    for bad in (q, q[:1], (q,), (q, s, s), None):
+        with pytest.raises(TypeError, match=r"xs must be a \(q, scales\) pair"):
+            blockwise.blockwise_dequantize(bad)
+    assert torch.equal(blockwise.blockwise_dequantize([q, s]), blockwise.blockwise_dequantize((q, s)))

@@ -75,3 +75,13 @@ def test_bad_inputs():
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 12)
     with pytest.raises(TypeError, match="n must be an int"):
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 8.0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 16), (3, 0)])
+def test_empty_tensors(device, backend, shape):
+    x = torch.zeros(shape, device=device, dtype=torch.uint8)
+    p = lk.fp6_pack(x, backend=backend)
+    assert p.shape == shape[:-1] + (shape[-1] // 4 * 3,) and p.dtype == torch.uint8
+    u = lk.fp6_unpack(p, shape[-1], backend=backend)
+    assert u.shape == shape and u.dtype == torch.uint8

@@ -218,3 +218,31 @@ def test_planned_call_on_side_stream_and_in_graph():
     g.replay()
     torch.cuda.synchronize()
     assert_rounded_close(out, ref.rms_norm_rope(x.float(), c, s, None, False))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+@pytest.mark.parametrize("big", [2e19, 1e30, 3e38])
+def test_huge_rows_are_normalised(device, backend, dtype, big):
+    """Rows whose sum of squares overflows fp32 (|x| >= ~1.8e19) are still normalised, not zeroed
+    (float64 oracle)."""
+    t, nh, dh = 3, 2, 64
+    h = nh * dh
+    x = torch.randn(1, t, h, device=device)
+    x[0, 1] = x[0, 1].clamp(-1, 1) * big
+    x[0, 2, 5] = big
+    x = x.to(dtype)
+    xd = x.double()
+    y = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    c, s = _split_freqs(1, t, nh, dh, device, dtype)
+    cd, sd = c.double().transpose(1, 2), s.double().transpose(1, 2)  # [1, T, H, Dh/2]
+    y1, y2 = y.view(1, t, nh, dh)[..., : dh // 2], y.view(1, t, nh, dh)[..., dh // 2:]
+    want = torch.cat((y1 * cd - y2 * sd, y2 * cd + y1 * sd), -1).view(1, t, h)
+    assert_rounded_close(lk.rms_norm_split_rope(x, c, s, backend=backend), want.float())
+    ci = torch.randn(1, t, h, device=device).to(dtype)
+    si = torch.randn(1, t, h, device=device).to(dtype)
+    rot = torch.stack((-y[..., 1::2], y[..., 0::2]), -1).flatten(-2)
+    want = y * ci.double() + rot * si.double()
+    assert_rounded_close(lk.rms_norm_rope(x, ci, si, backend=backend), want.float())
+    assert_fp8_close(lk.rms_norm_rope(x, ci, si, None, True, backend=backend), want.float())

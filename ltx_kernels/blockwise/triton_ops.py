@@ -41,6 +41,10 @@ def gated_attention_triton(x, gate_logits, quantize=True):
 
 
 def blockwise_dequantize(xs):
+    """``q * scales`` for the ``(q, scales)`` pair a quantizer returned."""
+    if not isinstance(xs, (tuple, list)) or len(xs) != 2:
+        got = type(xs).__name__ + (f" of {len(xs)} items" if isinstance(xs, (tuple, list)) else "")
+        raise TypeError(f"xs must be a (q, scales) pair as the quantizers return, got a {got}")
     q, scales = xs
     return _q.dequantize_blockwise(q, scales)
 
