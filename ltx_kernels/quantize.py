@@ -226,7 +226,6 @@ def _dequantize_torch(q, scales, out_dtype):
 @dequantize_op.register("triton", reasons=lambda q, s, *a: triton_reasons(q, s, min_arch=(8, 9)))
 def _dequantize_triton(q, scales, out_dtype):
     k = _prepare_triton()
-    kk = q.shape[-1]
     q2 = chk.rows_2d("q", q)
     out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     rows_per_scale = 1 if scales.shape[0] == q2.shape[0] else 128

@@ -4,6 +4,7 @@ import torch
 import ltx_kernels as lk
 from ltx_kernels import reference as ref
 
+import oracle
 from helpers import assert_fp8_close, assert_rounded_close
 
 BF16 = torch.bfloat16
@@ -121,10 +122,18 @@ def test_empty_tokens(device):
     assert lk.rms_norm_split_rope(x, c, s, backend="triton").shape == x.shape
 
 
-def test_torch_backend_matches_reference(device):
+def test_torch_backend_matches_independent_oracle(device):
+    """The torch backend is the reference the other tests compare with: here it meets the float64
+    oracle of tests/oracle.py instead (written apart from reference.py)."""
     x = torch.randn(2, 3, 256, device=device, dtype=BF16)
     c, s = _split_freqs(1, 3, 2, 128, device)
-    assert torch.equal(lk.rms_norm_split_rope(x, c, s, backend="torch"), ref.rms_norm_split_rope(x, c, s))
+    w = torch.randn(256, device=device, dtype=BF16)
+    oracle.assert_rounded(lk.rms_norm_split_rope(x, c, s, w, backend="torch"), oracle.rms_norm_split_rope(x, c, s, w, 1e-6))
+    ci = torch.randn(1, 3, 256, device=device, dtype=BF16)
+    si = torch.randn(3, 256, device=device, dtype=torch.float32)
+    oracle.assert_rounded(lk.rms_norm_rope(x, ci, si, w, backend="torch"), oracle.rms_norm_rope(x, ci, si, w, 1e-6))
+    oracle.assert_rounded(lk.rms_norm_rope(x, ci, si, None, True, backend="torch"),
+                          oracle.rms_norm_rope(x, ci, si, None, 1e-6))
 
 
 # --- bad input ----------------------------------------------------------------------------------
