@@ -59,10 +59,11 @@ def rows_2d(name: str, t: torch.Tensor) -> torch.Tensor:
         t = t.unsqueeze(0)
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
+    m = t.numel() // k if k else t.shape[:-1].numel()  # (a -1 is ambiguous for zero-width rows)
     try:
-        return t.view(-1, k)
+        return t.view(m, k)
     except RuntimeError:
-        return t.reshape(-1, k)
+        return t.reshape(m, k)
 
 
 def two_level_rows(t: torch.Tensor, lead_shape) -> tuple[torch.Tensor, int, int, int]:

@@ -134,14 +134,20 @@ class Memo:
         self._seen: dict = {}
 
     def get(self, key):
-        return None if key is None else self._seen.get(key)
+        try:
+            return None if key is None else self._seen.get(key)
+        except TypeError:  # an unhashable argument (a list for a tensor): the checks will say what
+            return None
 
     def put(self, key, value=True):
         if key is None:
             return value
         if len(self._seen) > 4096:
             self._seen.clear()
-        self._seen[key] = value
+        try:
+            self._seen[key] = value
+        except TypeError:
+            pass
         return value
 
 

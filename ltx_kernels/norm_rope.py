@@ -156,7 +156,8 @@ def _validate_split(x, cos_freqs, sin_freqs, weights, eps):
         raise ValueError(f"the head count H={nh} (cos_freqs.shape[1]) must divide x's last dim {h}")
     dh = h // nh
     if dh % 2:
-        raise ValueError(f"head dim Dh={dh} (= {h}/{nh}) must be even for split-half RoPE")
+        raise ValueError(f"head dim Dh={dh} (x's last dim {h} / H={nh} from cos_freqs.shape[1]) must be even "
+                         f"for split-half RoPE")
     if half != dh // 2 or tf != t or bf not in (1, b):
         raise ValueError(f"cos_freqs/sin_freqs must be [1 or {b}, {nh}, {t}, {dh // 2}] for x {tuple(x.shape)}, "
                          f"got {tuple(cos_freqs.shape)}")

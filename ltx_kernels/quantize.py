@@ -226,17 +226,16 @@ def _dequantize_torch(q, scales, out_dtype):
 @dequantize_op.register("triton", reasons=lambda q, s, *a: triton_reasons(q, s, min_arch=(8, 9)))
 def _dequantize_triton(q, scales, out_dtype):
     k = _prepare_triton()
-    kk = q.shape[-1]
     q2 = chk.rows_2d("q", q)
     out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     rows_per_scale = 1 if scales.shape[0] == q2.shape[0] else 128
-    launch = k.dequantize(q2, scales, out.view(-1, kk), rows_per_scale)
+    launch = k.dequantize(q2, scales, out.view(q2.shape), rows_per_scale)
     if launch is not None and q2.data_ptr() == q.data_ptr():  # (no copy of q was needed)
-        shape, device = q.shape, q.device
+        shape, device, q2shape = q.shape, q.device, q2.shape
 
         def run(q, scales):
             o = torch.empty(shape, dtype=out_dtype, device=device)
-            launch(_rows(q), scales, o.view(-1, kk))
+            launch(_rows(q), scales, o.view(q2shape))
             return o
 
         _plans.offer(run)
@@ -269,7 +268,7 @@ def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto")
             raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
         chk.same_device(q=q, scales=scales)
         kk = q.shape[-1]
-        m = q.numel() // kk if kk else 0
+        m = q.shape[:-1].numel()
         kb = (kk + 127) // 128
         if scales.shape[1] != kb or scales.shape[0] not in (m, (m + 127) // 128):
             raise ValueError(f"scales must be [{m}, {kb}] (1x128 blocks) or [{(m + 127) // 128}, {kb}] "
@@ -428,7 +427,7 @@ def _gated_triton(x, logits, quantize, scale_max):
     l2 = chk.rows_2d("gate_logits", logits)
     out = torch.empty(x.shape, dtype=FP8 if quantize else x.dtype, device=x.device)
     sbuf = k.scale_buffer(x2.shape[0], kk // 128, x.device) if quantize else None
-    launch = k.gated_attention(x2, l2, out.view(-1, kk), sbuf, logits.shape[-1], scale_max, quantize)
+    launch = k.gated_attention(x2, l2, out.view(x2.shape), sbuf, logits.shape[-1], scale_max, quantize)
     _offer_plan(launch, (x, logits), (x2, l2), lambda x, lg: (_rows(x), _rows(lg)), out.dtype, quantize)
     return out, sbuf if quantize else _NO_SCALES(x)
 
@@ -451,7 +450,8 @@ def _(x, gate_logits, quantize, scale_max, backend):
 def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, backend="auto"):
     """Per-head output gate ``x * 2*sigmoid(logit)``; x ``[..., H*D]``, gate_logits ``[..., H]``.
 
-    Returns ``(q, scales)`` (blockwise FP8) when ``quantize``, else ``(out in x.dtype, None)``.
+    Returns ``(q, scales)`` (blockwise FP8) when ``quantize`` (H*D a multiple of 128), else
+    ``(out in x.dtype, None)`` for any H*D.
     """
     key = signature(("gated", x, gate_logits, bool(quantize), scale_max, resolve_backend_name(backend),
                      tuning.generation))

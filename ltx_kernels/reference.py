@@ -28,8 +28,19 @@ def _store(v: torch.Tensor, out_fp8: bool, dtype: torch.dtype) -> torch.Tensor:
     return to_fp8_saturated(v) if out_fp8 else v.to(dtype)
 
 
+# A row whose mean square overflows fp32 (|x| from ~1.8e19, or a long row from ~1e17) is scaled by
+# this power of two first (exact) and normalised without eps, which is negligible next to it.
+OVERFLOW_RESCALE = 2.0 ** -80
+
+
 def rms_norm(xf: torch.Tensor, eps: float) -> torch.Tensor:
-    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    ms = xf.pow(2).mean(-1, keepdim=True)
+    big = torch.isinf(ms)  # (rows holding an inf stay inf here: 0 for finite values, NaN for inf)
+    if bool(big.any()):
+        xf = torch.where(big, xf * OVERFLOW_RESCALE, xf)
+        ms = xf.pow(2).mean(-1, keepdim=True)
+        return xf * torch.rsqrt(ms + torch.where(big, 0.0, eps))
+    return xf * torch.rsqrt(ms + eps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,14 +79,14 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, ep
 def fp6_pack(x: torch.Tensor) -> torch.Tensor:
     b = x.view(torch.uint8).to(torch.int32)
     code = ((b >> 7) << 5) | (b & 0x1F)
-    c = code.view(*code.shape[:-1], -1, 4)
+    c = code.view(*code.shape[:-1], code.shape[-1] // 4, 4)  # (a -1 is ambiguous for 0 rows)
     v = (c[..., 0] << 18) | (c[..., 1] << 12) | (c[..., 2] << 6) | c[..., 3]
     out = torch.stack(((v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF), dim=-1)
     return out.flatten(-2).to(torch.uint8)
 
 
 def fp6_unpack(p: torch.Tensor, n: int) -> torch.Tensor:
-    g = p.to(torch.int32).view(*p.shape[:-1], -1, 3)
+    g = p.to(torch.int32).view(*p.shape[:-1], p.shape[-1] // 3, 3)
     v = (g[..., 0] << 16) | (g[..., 1] << 8) | g[..., 2]
     codes = torch.stack(((v >> 18) & 63, (v >> 12) & 63, (v >> 6) & 63, v & 63), dim=-1).flatten(-2)
     byte = ((codes >> 5) << 7) | (codes & 0x1F)
@@ -155,7 +166,7 @@ def expand_scales(scales: torch.Tensor, m: int, k: int) -> torch.Tensor:
 
 def dequantize_blockwise(q, scales, out_dtype=torch.bfloat16):
     k = q.shape[-1]
-    q2 = q.reshape(-1, k)
+    q2 = q.reshape(q.shape[:-1].numel(), k)
     out = q2.float() * expand_scales(scales, q2.shape[0], k)
     return out.to(out_dtype).view(q.shape)
 

@@ -96,3 +96,13 @@ def test_repeat_calls_same_signature(device):
         assert fp6._plans.get(fp6.signature(("fp6_unpack", p, 256, "triton", gen)))
         assert not fp6._plans.get(fp6.signature(("fp6_pack", xs, "triton", gen))), \
             "a plan kept for rows that needed a copy"
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 16), (3, 0)])
+def test_empty_tensors(device, backend, shape):
+    x = torch.zeros(shape, device=device, dtype=torch.uint8)
+    p = lk.fp6_pack(x, backend=backend)
+    assert p.shape == shape[:-1] + (shape[-1] // 4 * 3,) and p.dtype == torch.uint8
+    u = lk.fp6_unpack(p, shape[-1], backend=backend)
+    assert u.shape == shape and u.dtype == torch.uint8

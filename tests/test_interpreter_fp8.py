@@ -53,3 +53,33 @@ def test_random_values_cast_like_torch_saturated():
     _cast_kernel()[(1,)](vals, o8, o16, back, N=n)
     assert torch.equal(o8.view(torch.uint8), vals.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
     assert torch.equal(o16.view(torch.int16), vals.to(torch.bfloat16).view(torch.int16))
+
+
+def test_bf16_subnormals_widen_exactly():
+    """bf16 -> fp32 is a 16-bit shift on the GPU; the interpreter's own conversion mis-scaled bf16
+    subnormals (-3.49e-39 -> -2.20e-39)."""
+    from ltx_kernels.triton import prepare
+
+    prepare()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def widen(x_ptr, o_ptr, h_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        x = tl.load(x_ptr + offs)
+        tl.store(o_ptr + offs, x.to(tl.float32))
+        tl.store(h_ptr + offs, x.to(tl.float16))
+
+    # every exponent, every positive and negative subnormal, a binade of mantissas: 1024 patterns
+    bits = torch.cat([torch.arange(0, 1 << 16, 128), torch.arange(1, 129), torch.arange(0x8001, 0x8081),
+                      torch.arange(0x3F80, 0x4080)]).to(torch.int32).to(torch.int16)
+    x = bits.view(torch.bfloat16)
+    o = torch.empty(x.numel())
+    h = torch.empty(x.numel(), dtype=torch.float16)
+    widen[(1,)](x, o, h, N=x.numel())
+    want = x.float()
+    same = (o == want) | (o.isnan() & want.isnan())
+    assert same.all(), (x[~same][:4], o[~same][:4])
+    assert torch.equal(torch.signbit(o), torch.signbit(want))
+    assert torch.equal(h.view(torch.int16), want.to(torch.float16).view(torch.int16))

@@ -4,6 +4,7 @@ import torch
 import ltx_kernels as lk
 from ltx_kernels import reference as ref
 
+import oracle
 from helpers import assert_fp8_close, assert_rounded_close
 
 BF16 = torch.bfloat16
@@ -121,22 +122,18 @@ def test_empty_tokens(device):
     assert lk.rms_norm_split_rope(x, c, s, backend="triton").shape == x.shape
 
 
-def test_torch_backend_against_float64(device):
-    """The torch backend (the reference the Triton kernels are compared with) against an
-    independent float64 oracle: RMSNorm over the hidden size, the weights, then each head's two
-    halves rotated by its token's angle (cos / sin given per head and token)."""
-    b, t, nh, dh = 2, 3, 2, 128
-    x = torch.randn(b, t, nh * dh, device=device, dtype=BF16) * 4
-    c, s = _split_freqs(1, t, nh, dh, device)
-    w = torch.rand(nh * dh, device=device, dtype=BF16)
-    out = lk.rms_norm_split_rope(x, c, s, w, backend="torch")
-    xd = x.double()
-    y = (xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * w.double()).view(b, t, nh, dh)
-    cd, sd = c.double().transpose(1, 2), s.double().transpose(1, 2)  # [1, T, H, Dh/2]
-    y1, y2 = y[..., : dh // 2], y[..., dh // 2:]
-    want = torch.cat((y1 * cd - y2 * sd, y2 * cd + y1 * sd), dim=-1).view(b, t, nh * dh)
-    assert out.dtype == BF16
-    assert_rounded_close(out, want)
+def test_torch_backend_matches_independent_oracle(device):
+    """The torch backend is the reference the other tests compare with: here it meets the float64
+    oracle of tests/oracle.py instead (written apart from reference.py)."""
+    x = torch.randn(2, 3, 256, device=device, dtype=BF16)
+    c, s = _split_freqs(1, 3, 2, 128, device)
+    w = torch.randn(256, device=device, dtype=BF16)
+    oracle.assert_rounded(lk.rms_norm_split_rope(x, c, s, w, backend="torch"), oracle.rms_norm_split_rope(x, c, s, w, 1e-6))
+    ci = torch.randn(1, 3, 256, device=device, dtype=BF16)
+    si = torch.randn(3, 256, device=device, dtype=torch.float32)
+    oracle.assert_rounded(lk.rms_norm_rope(x, ci, si, w, backend="torch"), oracle.rms_norm_rope(x, ci, si, w, 1e-6))
+    oracle.assert_rounded(lk.rms_norm_rope(x, ci, si, None, True, backend="torch"),
+                          oracle.rms_norm_rope(x, ci, si, None, 1e-6))
 
 
 # --- bad input ----------------------------------------------------------------------------------
@@ -230,3 +227,31 @@ def test_planned_call_on_side_stream_and_in_graph():
     g.replay()
     torch.cuda.synchronize()
     assert_rounded_close(out, ref.rms_norm_rope(x.float(), c, s, None, False))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+@pytest.mark.parametrize("big", [2e19, 1e30, 3e38])
+def test_huge_rows_are_normalised(device, backend, dtype, big):
+    """Rows whose sum of squares overflows fp32 (|x| >= ~1.8e19) are still normalised, not zeroed
+    (float64 oracle)."""
+    t, nh, dh = 3, 2, 64
+    h = nh * dh
+    x = torch.randn(1, t, h, device=device)
+    x[0, 1] = x[0, 1].clamp(-1, 1) * big
+    x[0, 2, 5] = big
+    x = x.to(dtype)
+    xd = x.double()
+    y = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    c, s = _split_freqs(1, t, nh, dh, device, dtype)
+    cd, sd = c.double().transpose(1, 2), s.double().transpose(1, 2)  # [1, T, H, Dh/2]
+    y1, y2 = y.view(1, t, nh, dh)[..., : dh // 2], y.view(1, t, nh, dh)[..., dh // 2:]
+    want = torch.cat((y1 * cd - y2 * sd, y2 * cd + y1 * sd), -1).view(1, t, h)
+    assert_rounded_close(lk.rms_norm_split_rope(x, c, s, backend=backend), want.float())
+    ci = torch.randn(1, t, h, device=device).to(dtype)
+    si = torch.randn(1, t, h, device=device).to(dtype)
+    rot = torch.stack((-y[..., 1::2], y[..., 0::2]), -1).flatten(-2)
+    want = y * ci.double() + rot * si.double()
+    assert_rounded_close(lk.rms_norm_rope(x, ci, si, backend=backend), want.float())
+    assert_fp8_close(lk.rms_norm_rope(x, ci, si, None, True, backend=backend), want.float())

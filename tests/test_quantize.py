@@ -304,3 +304,84 @@ def test_dequantize_repeat_calls_same_signature(device):
         gen = quantize.tuning.generation
         assert quantize._plans.get(quantize.signature(("dequantize", q, s, BF16, "auto", gen)))
 
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("h,nh", [(64, 1), (96, 1), (100, 4), (160, 2), (320, 4), (2, 2)])
+def test_gated_attention_unquantized_any_width(device, backend, h, nh):
+    """Without quantization the row need not hold whole 128-blocks: every column is gated."""
+    x = torch.randn(2, 3, h, device=device, dtype=BF16)
+    logits = torch.randn(2, 3, nh, device=device, dtype=BF16) * 3
+    out, none = lk.gated_attention(x, logits, quantize=False, backend=backend)
+    gate = 2.0 / (1.0 + torch.exp(-logits.double()))
+    want = (x.double().view(2, 3, nh, -1) * gate[..., None]).view(2, 3, h)
+    assert none is None and out.dtype == BF16
+    assert_rounded_close(out, want.float())
+    with pytest.raises(ValueError, match="x's last dim must be a positive multiple of 128"):
+        lk.gated_attention(x, logits, backend=backend)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("big", [2e19, 1e30, 3e38])
+def test_norm_producers_huge_rows(device, backend, big):
+    """Rows whose sum of squares overflows fp32 are still normalised (float64 oracle)."""
+    h = 256
+    x = torch.randn(3, h, device=device, dtype=torch.float32)
+    x[1] = x[1].clamp(-1, 1) * big   # |x| up to `big`: x*x and the row sum overflow fp32
+    x[2, 7] = big                    # one huge element in an otherwise ordinary row
+    xd = x.double()
+    y = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    zero = torch.zeros(1, h, device=device)
+    q, s = lk.quantize_adanorm(x, zero, zero, backend=backend)
+    assert torch.isfinite(s).all() and (s > 0).all()
+    assert_fp8_close(q, (y / s.double().repeat_interleave(128, 1)).float())
+    xr = x.clone()
+    q, s, r = lk.quantize_rms_fma(xr, torch.zeros_like(x), zero, backend=backend)
+    assert torch.equal(r, x)
+    assert_fp8_close(q, (y / s.double().repeat_interleave(128, 1)).float())
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, in the interpreter
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 2}, {"KIND": "bcast", "ROWS": 4, "BLOCK_M": 2},
+                                 {"KIND": "twopass", "BLOCK_M": 2, "CHUNK_KB": 1}])
+def test_adanorm_kernel_variants_huge_rows(device, cfg):
+    """Every adanorm kernel rescales a row whose sum of squares overflows, and only that row."""
+    from ltx_kernels import _checks as chk
+    from ltx_kernels.triton import prepare
+
+    prepare()
+    from ltx_kernels.triton import quantize as kq
+
+    b, t, h = 2, 3, 384
+    x = torch.randn(b, t, h, device=device)
+    x[0, 1] *= 1e30
+    x[1, 2, 300] = 3e38
+    scale = torch.randn(b, 1, h, device=device) * 0.3
+    shift = torch.randn(b, 1, h, device=device) * 0.3
+    m = b * t
+    q = torch.empty(b, t, h, device=device, dtype=torch.float8_e4m3fn)
+    sbuf = kq.scale_buffer(m, h // 128, device)
+    kq.quantize_adanorm(x.view(m, h), chk.two_level_rows(scale, x.shape[:-1]), chk.two_level_rows(shift, x.shape[:-1]),
+                        q.view(m, h), sbuf, 1e-6, 448.0, cfg=dict(cfg, num_warps=4))
+    s = sbuf.t()[:m]
+    xd = x.double()
+    u = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + scale.double()) + shift.double()
+    u = u.view(m, h)
+    want_s = u.abs().view(m, h // 128, 128).amax(-1) / 448
+    torch.testing.assert_close(s.double(), want_s, rtol=1e-5, atol=0)
+    assert_fp8_close(q.view(m, h), (u / s.double().repeat_interleave(128, 1)).float())
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_zero_width_rows(device, backend):
+    """Rows of width 0 (dequantize: any K; unquantized gated_attention: heads of width 0) give
+    empty outputs of the right shape."""
+    q = torch.zeros(2, 3, 0, device=device).to(torch.float8_e4m3fn)
+    for scales in (torch.zeros(6, 0, device=device), torch.zeros(1, 0, device=device)):
+        out = lk.dequantize_blockwise(q, scales, backend=backend)
+        assert out.shape == (2, 3, 0) and out.dtype == BF16
+    with pytest.raises(ValueError, match="scales must be"):
+        lk.dequantize_blockwise(q, torch.zeros(2, 0, device=device), backend=backend)
+    out, none = lk.gated_attention(torch.zeros(4, 0, device=device), torch.zeros(4, 2, device=device),
+                                   quantize=False, backend=backend)
+    assert out.shape == (4, 0) and none is None

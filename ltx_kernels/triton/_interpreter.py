@@ -8,7 +8,8 @@ compiles to ``cvt.rn.satfinite.e4m3x2.f32``: round to nearest even, saturate
 to +-448, NaN kept. This module replaces the interpreter's conversion for
 e4m3 with one that matches the hardware, so kernels stay written as for the
 GPU and the CPU path gives true results. fp32 -> bf16, which the interpreter
-truncates, is rounded to nearest even as on the GPU. Other pairs are untouched.
+truncates, is rounded to nearest even as on the GPU, and bf16 -> fp32 widens
+subnormals exactly. Other pairs are untouched.
 """
 from __future__ import annotations
 
@@ -85,13 +86,17 @@ def patch_interpreter() -> bool:
     builder.create_fp_to_fp = create_fp_to_fp
 
     # fp32 -> bf16 in the interpreter truncates (no rounding mode is passed); the GPU rounds to
-    # nearest even (cvt.rn.bf16.f32). Same fix, same reason.
+    # nearest even (cvt.rn.bf16.f32). bf16 -> fp32 mis-scales subnormals (-3.49e-39 -> -2.20e-39);
+    # on the GPU it is a 16-bit shift. Same fix, same reason (bf16 -> fp16 goes through fp32).
     original_cast = builder.cast_impl
 
     def cast_impl(self, src, dst_type):
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
             bits = _from_f32(np.asarray(src.data), tl.bfloat16, tl)
             return handle_cls(bits.reshape(np.shape(src.data)), dst_type.scalar)
+        if src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32:
+            f = _to_f32(np.asarray(src.data), tl.bfloat16, tl)
+            return handle_cls(f.reshape(np.shape(src.data)), dst_type.scalar)
         return original_cast(self, src, dst_type)
 
     builder.cast_impl = cast_impl

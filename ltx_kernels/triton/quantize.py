@@ -18,6 +18,7 @@ from .. import reference as ref
 from .. import tuning
 from .._dispatch import interpreter_on
 from . import cdiv, direct_launcher, next_pow2
+from ._rms import FLT_MAX, RESCALE, rms_rows
 
 
 # NaN is ignored by the block absmax. The GPU's max does that by itself (maxNum); numpy's, in the
@@ -93,7 +94,7 @@ def _adanorm_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x,
     K = KB * 128
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
+    x, inv = rms_rows(x, K, eps)
     sc_row = _mod_offsets(rows, sc_inner, sc_outer_stride, sc_inner_stride)
     sh_row = _mod_offsets(rows, sh_inner, sh_outer_stride, sh_inner_stride)
     u = _modulate(x, inv, sc_ptr, sh_ptr, sc_row, sh_row, cols, mask)
@@ -116,13 +117,28 @@ def _adanorm_twopass_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, s
         mask = rmask[:, None] & (cols[None, :] < K)
         x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         ss += tl.sum(x * x, axis=1)
-    inv = tl.math.rsqrt(ss / K + eps)
+    e = tl.zeros_like(ss) + eps
+    f = tl.full((BLOCK_M,), 1.0, tl.float32)
+    over = tl.max(ss, axis=0) > FLT_MAX
+    if over:  # as _rms.rms_rows: rows whose sum of squares overflowed are summed again, rescaled
+        f = tl.where(ss > FLT_MAX, RESCALE, 1.0)
+        e = tl.where(ss > FLT_MAX, 0.0, e)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for kb0 in range(0, KB, CHUNK_KB):
+            cols = kb0 * 128 + tl.arange(0, CHUNK_KB * 128)
+            mask = rmask[:, None] & (cols[None, :] < K)
+            x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = x * f[:, None]
+            ss += tl.sum(x * x, axis=1)
+    inv = tl.math.rsqrt(ss / K + e)
     sc_row = _mod_offsets(rows, sc_inner, sc_outer_stride, sc_inner_stride)
     sh_row = _mod_offsets(rows, sh_inner, sh_outer_stride, sh_inner_stride)
     for kb0 in range(0, KB, CHUNK_KB):
         cols = kb0 * 128 + tl.arange(0, CHUNK_KB * 128)
         mask = rmask[:, None] & (cols[None, :] < K)
         x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if over:
+            x = x * f[:, None]
         u = _modulate(x, inv, sc_ptr, sh_ptr, sc_row, sh_row, cols, mask)
         _quantize_store(u, rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, CHUNK_KB)
@@ -148,7 +164,7 @@ def _adanorm_bcast_kernel(x_ptr, sc_ptr, sh_ptr, q_ptr, s_ptr, M, M_PAD, KB, B, 
         rows = tl.where((t < T) | (b == B - 1), rows, M_PAD)
         x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=(rows[:, None] < M) & cmask[None, :],
                     other=0.0).to(tl.float32)
-        inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / K + eps)
+        x, inv = rms_rows(x, K, eps)
         u = x * inv[:, None] * sc[None, :] + sh[None, :]
         _quantize_store(u, rows, M, M_PAD, 0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                         AMAX_FLOOR, BLOCK_M, BLOCK_KB)
@@ -171,7 +187,7 @@ def _rms_fma_kernel(x_ptr, y_ptr, g_ptr, q_ptr, s_ptr, M, M_PAD, KB, stride_x, s
     r = (x + y * g).to(x_ptr.dtype.element_ty)
     tl.store(x_ptrs, r, mask=mask)
     r = r.to(tl.float32)  # normalise the residual as stored, like the model does
-    inv = tl.math.rsqrt(tl.sum(r * r, axis=1) / K + eps)
+    r, inv = rms_rows(r, K, eps)
     _quantize_store(r * inv[:, None], rows, M, M_PAD, kb0, KB, q_ptr, stride_q, s_ptr, s_stride, scale_max,
                     AMAX_FLOOR, BLOCK_M, BLOCK_KB)
 
@@ -367,8 +383,10 @@ def gated_attention(x2, l2, out2, sbuf, nh: int, scale_max: float, quantize_out:
     """sbuf None when not quantizing. Returns a direct launcher for (x2, l2, out2, sbuf or out2)
     of the same signature (see ``direct_launcher``), or None."""
     m, k = x2.shape
-    kb = k // 128
-    if m == 0:
+    # Quantized rows hold whole 128-blocks (the wrapper checks); unquantized ones may be any width,
+    # so the grid covers the last partial block too (the kernel masks columns >= K).
+    kb = k // 128 if quantize_out else cdiv(k, 128)
+    if m == 0 or k == 0:
         return None
     m_pad = sbuf.shape[1] if quantize_out else m
 
@@ -399,7 +417,7 @@ def dequantize(q2, scales, out2, rows_per_scale: int):
     """Returns a direct launcher for (q2, scales, out2) of the same signature (see
     ``direct_launcher``), or None."""
     m, k = q2.shape
-    if m == 0:
+    if m == 0 or k == 0:
         return None
     # about 8K codes a program, whole rows where K allows (K = 4096: 2 rows of 32 blocks)
     block_kb = min(next_pow2(cdiv(k, 128)), 32)

@@ -13,6 +13,7 @@ import triton.language as tl
 
 from .. import tuning
 from . import cdiv, direct_launcher, next_pow2
+from ._rms import FLT_MAX, RESCALE, rms_rows
 
 
 @triton.jit
@@ -39,7 +40,7 @@ def _interleaved_kernel(
     mask = rmask[:, None] & cmask[None, :]
 
     x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    inv = tl.math.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+    x, inv = rms_rows(x, D, eps)
     y = x * inv[:, None]
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
@@ -81,7 +82,15 @@ def _split_kernel(
     x1 = tl.load(x_ptr + r3 * stride_x + col1, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + r3 * stride_x + col1 + HALF, mask=mask, other=0.0).to(tl.float32)
     ss = tl.sum(tl.sum(x1 * x1 + x2 * x2, axis=2), axis=1)
-    inv = tl.math.rsqrt(ss / (H * 2 * HALF) + eps)
+    e = tl.zeros_like(ss) + eps
+    if tl.max(ss, axis=0) > FLT_MAX:  # as _rms.rms_rows: rescale rows whose sum of squares overflowed
+        big = ss > FLT_MAX
+        f = tl.where(big, RESCALE, 1.0)[:, None, None]
+        x1 = x1 * f
+        x2 = x2 * f
+        ss = tl.sum(tl.sum(x1 * x1 + x2 * x2, axis=2), axis=1)
+        e = tl.where(big, 0.0, e)
+    inv = tl.math.rsqrt(ss / (H * 2 * HALF) + e)
     y1 = x1 * inv[:, None, None]
     y2 = x2 * inv[:, None, None]
     if HAS_W:

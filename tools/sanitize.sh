@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the GPU code: memcheck over the GPU test suite (the largest GEMM shapes
+# left out: sm90_check.sh already memchecks every SM90 config), racecheck over the SM90 GEMM (every
+# tile config, with and without split-K) and the All2All kernels on small shapes.
+#   bash tools/sanitize.sh [OUTDIR] [phases]     phases: any of memcheck,racecheck-gemm,racecheck-a2a
+#                                                 (default: all three)
+# Builds the extensions first when they are missing. Per-phase time limits (seconds):
+# MEMCHECK_TIMEOUT (300), RACECHECK_TIMEOUT (150 each). MEMCHECK_K: pytest -k expression of the
+# memcheck run (default leaves out the M = 3000 / 20000 SM90 shapes); MEMCHECK_ARGS: more pytest
+# arguments. Writes OUTDIR/sanitize_*.log and OUTDIR/sanitize_summary.txt; exits 1 when a tool
+# reported an error or a run failed.
+set -uo pipefail
+OUTDIR=${1:-${OUT:-sanitize_out}}
+PHASES=${2:-memcheck,racecheck-gemm,racecheck-a2a}
+mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+SUMMARY=$OUTDIR/sanitize_summary.txt
+: > "$SUMMARY"
+status=0
+t0=$(date +%s)
+stamp() { echo "== $1 ($(( $(date +%s) - t0 ))s)"; }
+
+if ! ls ltx_kernels/_C_gemm_sm90*.so ltx_kernels/_C_all2all*.so > /dev/null 2>&1; then
+  stamp "build"
+  TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} python3 setup.py build_ext --inplace > "$OUTDIR/sanitize_build.log" 2>&1 \
+    || { echo "build failed: $OUTDIR/sanitize_build.log"; tail -5 "$OUTDIR/sanitize_build.log"; }
+fi
+
+# report NAME LOG RC: one summary line from the sanitizer's own summary lines and the run's exit code
+report() {
+  local name=$1 log=$2 rc=$3
+  local errs
+  errs=$(grep -hE "(ERROR|RACECHECK) SUMMARY" "$log" | sed 's/=* *//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  local line="$name: rc=$rc ${errs:-no sanitizer summary (did it run?)}"
+  echo "$line" | tee -a "$SUMMARY"
+  if [ "$rc" -ne 0 ] || grep -qE "(ERROR|RACECHECK) SUMMARY: [1-9]" "$log"; then status=1; fi
+}
+
+if has memcheck; then
+  stamp "memcheck over the GPU tests"
+  # --target-processes all: the pytest-xdist workers and the All2All IPC test's processes too
+  timeout "${MEMCHECK_TIMEOUT:-300}" "$SAN" --tool memcheck --target-processes all --print-limit 20 \
+    python3 -m pytest tests -q -x -p no:cacheprovider -n "${MEMCHECK_WORKERS:-8}" \
+    -k "${MEMCHECK_K:-not 20000 and not 3000}" ${MEMCHECK_ARGS:-} > "$OUTDIR/sanitize_memcheck.log" 2>&1
+  rc=$?
+  tail -3 "$OUTDIR/sanitize_memcheck.log"
+  report "memcheck (GPU tests)" "$OUTDIR/sanitize_memcheck.log" $rc
+fi
+
+if has racecheck-gemm; then
+  stamp "racecheck: SM90 GEMM, every tile config, 1 and 2 K slices"
+  timeout "${RACECHECK_TIMEOUT:-150}" "$SAN" --tool racecheck --racecheck-report all --print-limit 20 \
+    --error-exitcode 9 python3 - > "$OUTDIR/sanitize_racecheck_gemm.log" 2>&1 <<'PY'
+import torch, ltx_kernels as lk
+from ltx_kernels import _ext
+mod = _ext.load("_C_gemm_sm90")[0]
+assert mod is not None, _ext.load("_C_gemm_sm90")[1]
+m, n, k = 130, 256, 1024  # two M tiles of 128 (one partial), two N tiles, 8 K blocks
+qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+want = lk.fp8_gemm_nt(qa, sa, qb, sb, backend="torch").float()
+for cfg in lk.gemm.SM90_TILES:
+    for splits in (1, 2):
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        mod.fp8_gemm_nt(qa, sa, qb, sb, None, d, *cfg, splits)
+        torch.cuda.synchronize()
+        err = ((d.float() - want).norm() / want.norm()).item()
+        print(f"config {cfg} splits {splits}: rel. error {err:.2e}", flush=True)
+        assert err < 3e-3, (cfg, splits, err)
+print("racecheck gemm run done")
+PY
+  rc=$?
+  grep -E "config|done|Error" "$OUTDIR/sanitize_racecheck_gemm.log" | tail -14
+  report "racecheck (SM90 GEMM)" "$OUTDIR/sanitize_racecheck_gemm.log" $rc
+fi
+
+if has racecheck-a2a; then
+  stamp "racecheck: All2All kernels, W = 1 and 2 local ranks"
+  # W = 1 needs no other kernel to run beside it; W = 2 needs both ranks' kernels resident at
+  # once. If the tool runs kernels one at a time, W = 2 times out (All2AllTimeout after 60 s):
+  # logged as such, not as a race.
+  timeout "${RACECHECK_TIMEOUT:-150}" "$SAN" --tool racecheck --racecheck-report all --print-limit 20 \
+    --error-exitcode 9 python3 - > "$OUTDIR/sanitize_racecheck_a2a.log" 2>&1 <<'PY'
+import torch, ltx_kernels as lk
+from ltx_kernels import reference as ref
+for world, counts in ((1, [37]), (2, [37, 20])):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ranks = lk.All2All.local_ranks(world, sum(counts), 4 * 72, max(world, min(8, sms // world)),
+                                   torch.bfloat16, 60.0)
+    streams = [torch.cuda.Stream() for _ in ranks]
+    for a in ranks:
+        a.set_rank_tokens(counts)
+    xs = [torch.randn(1, c, 4, 72, device="cuda", dtype=torch.bfloat16) for c in counts]  # 144-byte rows
+    try:
+        for it in range(2):
+            ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs, copy_out=True)
+            back = lk.All2All.run_local(ranks, streams, "gather_heads", ys, copy_out=True)
+            ag = lk.All2All.run_local(ranks, streams, "allgather", xs, copy_out=True)
+            for a in ranks:
+                a.check()
+            ok = all(torch.equal(y, w) for y, w in zip(ys, ref.send_recv_heads(xs)))
+            ok &= all(torch.equal(o, x) for o, x in zip(back, xs))
+            ok &= all(torch.equal(o, w) for o, w in zip(ag, ref.allgather(xs)))
+            print(f"W={world} round {it}: {'bit-exact' if ok else 'WRONG'}", flush=True)
+            assert ok
+    except lk.All2AllTimeout as e:
+        print(f"W={world}: All2AllTimeout under racecheck ({e}): the tool did not run the ranks' kernels "
+              f"side by side", flush=True)
+    finally:
+        torch.cuda.synchronize()
+        for a in ranks:
+            a.destroy()
+print("racecheck all2all run done")
+PY
+  rc=$?
+  grep -E "W=|done|Error" "$OUTDIR/sanitize_racecheck_a2a.log" | tail -8
+  report "racecheck (All2All)" "$OUTDIR/sanitize_racecheck_a2a.log" $rc
+fi
+
+stamp "done"
+cat "$SUMMARY"
+exit $status
