@@ -8,7 +8,7 @@ import torch
 
 import ltx_kernels as lk
 
-from helpers import assert_rounded_close
+from helpers import assert_rounded_close, rel_err
 
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
@@ -103,4 +103,9 @@ def test_compiled_chain_against_float64(device):
     assert (deq - y64).abs().le(step / 2).all()
     want = deq @ _dequant64(qb, sb, n, h).t() + bias.double()
     assert out.shape == (t, n) and out.dtype == BF16
-    assert_rounded_close(out, want)
+    if out.is_cuda:
+        # On a GPU the GEMM may run on the tensor cores (the SM90 kernel), whose FP8 accumulation
+        # within a 128-wide K block is not exact fp32: the bound every GEMM test holds it to.
+        assert rel_err(out, want.float()) <= 3e-3
+    else:
+        assert_rounded_close(out, want)
