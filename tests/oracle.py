@@ -70,9 +70,11 @@ def round_e4m3(v: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Noisy:
-    """An exact value and the magnitude its fp32 evaluation may be off by (absolute)."""
+    """An exact value and the magnitude its fp32 evaluation may be off by (absolute); ``loose``
+    marks values that depend on the evaluation order (any result is accepted there)."""
     value: torch.Tensor
     noise: torch.Tensor
+    loose: torch.Tensor | None = None
 
 
 def assert_rounded(out: torch.Tensor, want: Noisy, what: str = "output"):
@@ -87,7 +89,8 @@ def assert_rounded(out: torch.Tensor, want: Noisy, what: str = "output"):
     noise = want.noise.detach().cpu().to(F64).expand_as(w).nan_to_num(0.0, posinf=math.inf)
     if out.dtype == FP8:
         w = w.clamp(-E4M3_MAX, E4M3_MAX)
-    nan_o, nan_w = o.isnan(), w.isnan()
+    loose = torch.zeros_like(w, dtype=torch.bool) if want.loose is None else want.loose.cpu().expand_as(w)
+    nan_o, nan_w = o.isnan() & ~loose, w.isnan() & ~loose
     assert torch.equal(nan_o, nan_w), (f"{what}: NaN at {int((nan_o & ~nan_w).sum())} places the oracle has a "
                                        f"number, a number at {int((nan_w & ~nan_o).sum())} where it has NaN; "
                                        f"first {_first(nan_o != nan_w, o, w)}")
@@ -96,7 +99,7 @@ def assert_rounded(out: torch.Tensor, want: Noisy, what: str = "output"):
     over = w.abs() + tol > fmax
     ok = ((o - w).abs() <= tol) | (w.isinf() & (o == w))
     ok |= over & ((o == torch.copysign(torch.tensor(math.inf, dtype=F64), w)) | ((o - w).abs() <= tol))
-    ok |= nan_w
+    ok |= nan_w | loose
     bad = ~ok
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {w.numel()} values off by more than one "
                            f"{out.dtype} spacing + fp32 noise; first {_first(bad, o, w, tol)}")
@@ -258,11 +261,11 @@ def adanorm_u(x, scale, shift, eps) -> Noisy:
 def rms_fma_residual(x, y, gate) -> Noisy:
     """r = x + y * gate, before its rounding to x's dtype (an fp32 product and sum, or one FMA).
     Where y * gate itself overflows fp32, a two-step evaluation (the interpreter, torch) gives an
-    infinity and an FMA (the GPU) the exact sum: either is accepted there (infinite noise)."""
+    infinity (or NaN, next to an infinite x) and an FMA (the GPU) the exact sum: either is
+    accepted there."""
     yg = f64(y) * f64(gate)
     r = f64(x) + yg
-    noise = 2.0 ** -23 * yg.abs().nan_to_num(0.0, posinf=0.0)
-    return Noisy(r, torch.where(yg.abs() >= F32_OVERFLOW, math.inf, noise))
+    return Noisy(r, 2.0 ** -23 * yg.abs().nan_to_num(0.0, posinf=0.0), loose=yg.abs() >= F32_OVERFLOW)
 
 
 def rms_normalised(r, eps) -> Noisy:
@@ -275,7 +278,10 @@ def gated_u(x, logits) -> Noisy:
     nh = logits.shape[-1]
     xv = f64(x)
     lg = f64(logits)
-    g = 2.0 / (1.0 + torch.exp(-lg))
+    # The gate is evaluated in fp32, where exp(-l) overflows for l < -88.7 and the gate becomes 0
+    # (its true value is below 1e-38): the same here, so that an infinite x gets NaN, not inf.
+    e = torch.exp(-lg)
+    g = torch.where(e >= F32_OVERFLOW, 0.0, 2.0 / (1.0 + e))
     u = (xv.unflatten(-1, (nh, xv.shape[-1] // nh)) * g[..., None]).flatten(-2)
     # exp in fp32: the argument's own rounding (|l| 2^-24, relative, in the result) and ex2's
     # 2^-22; a saturated gate (|l| > ~100) is exactly 0 or 2 in both.

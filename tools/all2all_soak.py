@@ -88,7 +88,8 @@ def expected_send_recv(xs, world):
 
 
 def same(a, b) -> bool:
-    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    return a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                              b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def make_pool(args, world, device, seed):
@@ -122,7 +123,7 @@ def _dev_equal(a, b):
         return torch.zeros((), dtype=torch.bool, device=a.device)
     if a.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=a.device)
-    return (a.contiguous().view(torch.uint8) == b.contiguous().view(torch.uint8)).all()
+    return (a.contiguous().reshape(-1).view(torch.uint8) == b.contiguous().reshape(-1).view(torch.uint8)).all()
 
 
 def _cuda_rounds(lk, args, ranks, streams, world, n_rounds, rng, pool, failures, tag, device="cuda"):
