@@ -6,7 +6,7 @@
 #
 # Phases: build (upstream through build_upstream.sh, ours through `python -m ltx_kernels build`,
 # in parallel; both builds are also packed as ours_ext.tgz / upstream_so.tgz so a later run can
-# reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (bench/first_use.py), block-eager /
+# reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (tools/first_use.py), block-eager /
 # block-compile (bench/ltx_core_block.py eager+graph+full with a profile / compile+captured),
 # gemm (tools/gemm_protocols.py with the deep_gemm column), ncu (ours and deep_gemm in one Nsight
 # Compute profile), tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded).
@@ -64,11 +64,11 @@ for phase in "$@"; do
       ( export PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/.whl
         python -m pip install -e ".[test]" 2>&1 | tail -3
         python -c "import ltx_kernels._C_gemm_sm90" 2>&1 | tail -1
-        LTX_KERNELS_LOG=debug python bench/first_use.py 2>&1; echo "first_use rc=$?"
-        python bench/first_use.py 2>&1; echo "first_use again rc=$?"
+        LTX_KERNELS_LOG=debug python tools/first_use.py 2>&1; echo "first_use rc=$?"
+        python tools/first_use.py 2>&1; echo "first_use again rc=$?"
         python -m ltx_kernels --no-bench 2>&1; echo "main rc=$?" ) > "$OUT/readme_install.log" 2>&1
       grep -E "rc=|compil|SM90 kernel ran|checked|auto ->" "$OUT/readme_install.log" | head -40 ;;
-    first-use) python bench/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
+    first-use) python tools/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
     block-eager)
       [ -n "$UP" ] || UP=$(upstream_path)
       python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} \

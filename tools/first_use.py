@@ -3,7 +3,7 @@ extension had to be compiled first (its one-line notices go to stderr), and whic
 the call launched (torch profiler). Run it twice on a fresh machine: the first run compiles, the
 second loads the cached build.
 
-    LTX_KERNELS_LOG=debug python bench/first_use.py [M N K]
+    LTX_KERNELS_LOG=debug python tools/first_use.py [M N K]
 
 Exit code 1 unless the call ran the SM90 kernel (``fp8_gemm_kernel``) and matches the reference.
 """
