@@ -15,6 +15,7 @@ from .. import linear as _lin
 from ..arch import get_device_arch  # noqa: F401  (upstream's module exposes it)
 from ..gemm import fp8_gemm_nt
 from ..linear import BlockwiseFP6Linear, BlockwiseFP8Linear, BlockwiseLinear  # noqa: F401
+from .functional import _as_pair
 from .functional import (  # noqa: F401  (upstream's module exposes these)
     blockwise_quantize_triton,
     blockwise_quantize_weights,
@@ -26,14 +27,8 @@ from .functional import (  # noqa: F401  (upstream's module exposes these)
 FP8 = torch.float8_e4m3fn
 
 
-def _operand(name, pair):
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise TypeError(f"{name} must be a (codes, scales) pair, got {type(pair).__name__}")
-    return pair
-
-
 def _gemm_into(a, b, d, bias=None, c=None, num_sms=132, use_fast_accum=True):
-    (qa, sa), (qb, sb) = _operand("a", a), _operand("b", b)
+    (qa, sa), (qb, sb) = _as_pair("a", a), _as_pair("b", b)
     if c is not None:
         raise ValueError("c (an accumulator input) is not supported: pass None")
     return fp8_gemm_nt(qa, sa, qb, sb, bias, out=d)
@@ -53,14 +48,14 @@ def blockwise_fp8_gemm(a: List[torch.Tensor], b: List[torch.Tensor], bias: Optio
                        use_fast_accum: bool = True) -> torch.Tensor:
     """``a = (qa [M, K], sa [M, K/128])``, ``b = (qb [N, K], sb [N/128, K/128])`` -> bf16 ``[M, N]``.
     ``use_fast_accum`` is accepted and ignored (fp32 accumulation always)."""
-    (qa, sa), (qb, sb) = _operand("a", a), _operand("b", b)
+    (qa, sa), (qb, sb) = _as_pair("a", a), _as_pair("b", b)
     return fp8_gemm_nt(qa, sa, qb, sb, bias)
 
 
 def blockwise_fp8_gemm_fake(a: List[torch.Tensor], b: List[torch.Tensor], bias: Optional[torch.Tensor] = None,
                             use_fast_accum: bool = True) -> torch.Tensor:
     """The output's shape, dtype and device without computing it."""
-    (qa, _), (qb, _) = _operand("a", a), _operand("b", b)
+    (qa, _), (qb, _) = _as_pair("a", a), _as_pair("b", b)
     return torch.empty(qa.shape[0], qb.shape[0], dtype=torch.bfloat16, device=qb.device)
 
 
@@ -69,8 +64,8 @@ def is_16bit(x) -> bool:
 
 
 def _linear(a, w, bias):
-    x, scales = _operand("a", a)
-    wq, ws = _operand("w", w)
+    x, scales = _as_pair("a", a)
+    wq, ws = _as_pair("w", w)
     return _lin.linear_forward(x if scales is None else (x, scales), wq, ws, bias)
 
 
