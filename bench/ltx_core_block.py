@@ -513,10 +513,10 @@ def _device_us(evt) -> float:
     return 0.0
 
 
-def profile_entry(entry: Entry, inputs: dict, device, n: int = 3, top: int = 15) -> dict:
+def profile_entry(entry: Entry, inputs: dict, device, mode: str = "eager", n: int = 3, top: int = 15) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    fn, _ = mode_callable(entry, "eager", inputs)
+    fn, _ = mode_callable(entry, mode, inputs)
     for _ in range(2):
         fn()
     sync(device)
@@ -549,7 +549,7 @@ def profile_entry(entry: Entry, inputs: dict, device, n: int = 3, top: int = 15)
 
 
 def print_profile(label: str, tokens: int, p: dict) -> None:
-    print(f"\n### profile {label}, T={tokens}, eager: host {p['host_ms_per_forward']:.2f} ms/forward, "
+    print(f"\n### profile {label}, T={tokens}, {p.get('mode', 'eager')}: host {p['host_ms_per_forward']:.2f} ms/forward, "
           f"GPU kernels {p['gpu_kernel_ms_per_forward']:.2f} ms/forward")
     print("| kernel | calls/fwd | ms/fwd | % |\n|---|---:|---:|---:|")
     tot = p["gpu_kernel_ms_per_forward"] or float("nan")
@@ -656,6 +656,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=2, help="calls after the first, before timing")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-tokens", type=int, help="default: the largest of --tokens")
+    ap.add_argument("--profile-mode", default="eager", help="the mode profiled (eager, full, compile, ...)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
     ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
@@ -840,12 +841,15 @@ def main(argv=None) -> int:
             if args.profile and tokens == prof_tokens and not over_budget(f"profile T={tokens}"):
                 for e in entries:
                     pk.activate(e.package_key)
+                    if args.profile_mode not in e.models and args.profile_mode not in ("eager", "graph", "full"):
+                        continue
                     try:
-                        p = profile_entry(e, inputs, device)
+                        p = profile_entry(e, inputs, device, args.profile_mode)
                     except Exception:  # noqa: BLE001
                         failure(res["errors"], f"profile T={tokens} {e.label}", log)
                         continue
-                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens, **p})
+                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens,
+                                           "mode": args.profile_mode, **p})
                     print_profile(e.label, tokens, p)
                 save()
             del inputs, eager_x

@@ -15,8 +15,15 @@ prints; it accepts only N, K in {2048, 4096, 8192, 16384} (other shapes crash th
 are skipped) and gets the same bias as ours.
 
     python tools/gemm_protocols.py [--json OUT] [--shapes 16384x4096x4096,...] [--backends cuda,triton]
-        [--upstream-path DIR]
+        [--upstream-path DIR] [--lib NAME=PATH ...]
+
+Backends: ``cuda`` / ``triton`` (``fp8_gemm_nt`` with that backend), ``cuda@256x128x2`` (one SM90
+instantiation of the built extension, forced), ``lib:NAME@256x128x2`` (that instantiation of a
+kernel variant built as a plain library by ``LIB=1 tools/sm90_build_standalone.sh`` and named with
+``--lib NAME=PATH``, called through ctypes). Every backend's output is checked against the
+reference (``rel_err``).
 """
+import ctypes
 import argparse
 import json
 import statistics
@@ -114,6 +121,25 @@ def upstream_gemm(path):
     return blockwise_cpp.fp8_gemm_nt_sm90
 
 
+def lib_gemm(path):
+    """The C entry point of a kernel library built from tools/sm90_lib.cu."""
+    fn = ctypes.CDLL(path).ltx_sm90_launch
+    fn.restype = ctypes.c_char_p
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    fn.argtypes = [ptr, ptr, ptr, i64, ptr, i64, i64, ptr, ptr, i64, i32, i32, i32, i32, i32, i32, i32, ptr]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def call(qa, sa, qb, sb, bias, d, cfg):
+        assert sa.stride(0) == 1 and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0, "sa must be M-major"
+        err = fn(qa.data_ptr(), qb.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0), sb.stride(1),
+                 bias.data_ptr(), d.data_ptr(), d.stride(0), qa.shape[0], qb.shape[0], qa.shape[1], *cfg, sms,
+                 torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(err.decode())
+
+    return call
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -123,7 +149,9 @@ def main():
     ap.add_argument("--anchors", default="cublas_blockwise,cublas_tensorwise,cublas_bf16")
     ap.add_argument("--sustain-ms", type=float, default=1500.0)
     ap.add_argument("--upstream-path", help="folder holding LTX-2's built blockwise_cpp (deep_gemm column)")
+    ap.add_argument("--lib", action="append", default=[], help="NAME=PATH of a kernel library (backend lib:NAME@cfg)")
     args = ap.parse_args()
+    libs = {spec.split("=", 1)[0]: lib_gemm(spec.split("=", 1)[1]) for spec in args.lib}
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     sampler = ClockSampler()
     deep_gemm = upstream_gemm(args.upstream_path)
@@ -138,9 +166,14 @@ def main():
         ones_a = torch.ones((), device="cuda")
         bf_a, bf_b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(n, k, device="cuda",
                                                                                         dtype=torch.bfloat16)
-        fns = {}
+        fns, outs = {}, {}
         for be in filter(None, args.backends.split(",")):
-            if "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster)
+            if be.startswith("lib:"):
+                name, cfg = be[4:].split("@")
+                cfg = tuple(int(v) for v in cfg.split("x"))
+                outs[be] = torch.empty_like(d)
+                fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be]: call(qa, sa, qb, sb, bias, out, cfg)
+            elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster)
                 cfg = tuple(int(v) for v in be.split("@")[1].split("x"))
                 mod = lk._ext.load("_C_gemm_sm90")[0]
                 fns[be] = lambda cfg=cfg, mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, 1)
@@ -152,13 +185,17 @@ def main():
         fns.update({a: anchors[a] for a in args.anchors.split(",") if a in anchors})
         errors = {}
         if deep_gemm is not None and n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS:
-            d_up = torch.empty_like(d)
-            fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), d_up, bias=bias)
-            fns["deep_gemm"]()
-            lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d)
-            want = lk.reference.fp8_gemm_nt(qa, sa, qb, sb, bias)
-            for name, got in (("cuda", d), ("deep_gemm", d_up)):
-                errors[name] = ((got.float() - want).norm() / want.norm()).item()
+            outs["deep_gemm"] = torch.empty_like(d)
+            fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), outs["deep_gemm"], bias=bias)
+        want = lk.reference.fp8_gemm_nt(qa, sa, qb, sb, bias)
+        for name in [be for be in fns if be in outs or be.startswith("cuda")]:
+            got = outs.get(name, d)
+            got.fill_(float("nan"))
+            fns[name]()
+            torch.cuda.synchronize()
+            errors[name] = ((got.float() - want).norm() / want.norm()).item()
+        del want
+        print(f"{m}x{n}x{k} rel_err " + " ".join(f"{k_}={v:.2e}" for k_, v in errors.items()), flush=True)
         names = list(fns)
         names = names[shape_index % len(names):] + names[:shape_index % len(names)]
         flops = 2.0 * m * n * k
@@ -178,7 +215,7 @@ def main():
             cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
                               f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
             print(f"{row['shape']:>18s} {protocol:9s} {cells}", flush=True)
-        del qa, qb, d, bf_a, bf_b
+        del qa, qb, d, bf_a, bf_b, outs, fns
         torch.cuda.empty_cache()
     if args.json:
         env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,

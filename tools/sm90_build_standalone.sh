@@ -2,11 +2,13 @@
 # Build standalone SM90 GEMM binaries (tools/sm90_standalone.cu, no torch) with nvcc, on any
 # machine: DIR/sm90_<name> for each NAME[:VARIANT]=FLAGS argument (FLAGS: extra nvcc flags, may
 # be empty). VARIANT builds a copy of the kernel rewritten by tools/sm90_kernel_variant.py
-# (nopromote, fadd, muladd). KERNEL_ROOT=path takes the kernel from another checkout's
+# (nopromote, fadd, muladd, noorder, boxes; joined with +). KERNEL_ROOT=path takes the kernel from another checkout's
 # csrc/gemm_sm90 (e.g. an older commit, to time it beside this one in the same run); the harness
 # is always this checkout's.
 #   bash tools/sm90_build_standalone.sh DIR new= nopromote:nopromote= muladd:muladd=
 #   KERNEL_ROOT=/tmp/old bash tools/sm90_build_standalone.sh DIR old=
+# LIB=1 builds DIR/libsm90_<name>.so from tools/sm90_lib.cu instead (a C entry point for ctypes:
+# tools/gemm_protocols.py --lib NAME=DIR/libsm90_NAME.so).
 set -euo pipefail
 DIR=$1
 shift
@@ -27,8 +29,13 @@ for spec in "$@"; do
     python3 "$HERE/sm90_kernel_variant.py" "$variant" "$ROOT/csrc/gemm_sm90" "$inc"
   fi
   # shellcheck disable=SC2086
-  nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 $flags \
-    -I "$inc" "$HERE/sm90_standalone.cu" -o "$DIR/sm90_$name" &
+  if [ "${LIB:-0}" = 1 ]; then
+    nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -shared -Xcompiler -fPIC $flags \
+      -I "$inc" "$HERE/sm90_lib.cu" -o "$DIR/libsm90_$name.so" &
+  else
+    nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 $flags \
+      -I "$inc" "$HERE/sm90_standalone.cu" -o "$DIR/sm90_$name" &
+  fi
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done

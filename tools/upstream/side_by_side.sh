@@ -8,8 +8,10 @@
 # in parallel; both builds are also packed as ours_ext.tgz / upstream_so.tgz so a later run can
 # reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (tools/first_use.py), block-eager /
 # block-compile (bench/ltx_core_block.py eager+graph+full with a profile / compile+captured),
-# gemm (tools/gemm_protocols.py with the deep_gemm column), ncu (ours and deep_gemm in one Nsight
-# Compute profile), tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded).
+# gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
+# variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight
+# Compute profile), tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded);
+# BLOCK_ARGS adds arguments to the block phases (later ones win: --modes compile --variants bf16,fp8).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -71,17 +73,19 @@ for phase in "$@"; do
     first-use) python tools/first_use.py > "$LOGS/first_use.log" 2>&1; tail -3 "$LOGS/first_use.log" ;;
     block-eager)
       [ -n "$UP" ] || UP=$(upstream_path)
-      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} \
+      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes eager,graph,full --profile ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} \
         --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$LOGS/block_eager.log"
       tail -40 "$OUT/block_eager.md" ;;
     block-compile)
       [ -n "$UP" ] || UP=$(upstream_path)
-      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} \
+      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} \
         --budget-s "$BUDGET" --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$LOGS/block_compile.log"
       tail -30 "$OUT/block_compile.md" ;;
     gemm)
       [ -n "$UP" ] || UP=$(upstream_path)
-      python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/gemm.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} \
+      libs=()
+      for spec in ${GEMM_LIBS:-}; do libs+=(--lib "$spec"); done
+      python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/gemm.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} "${libs[@]}" \
         --backends "${GEMM_BACKENDS:-cuda}" --anchors "${GEMM_ANCHORS:-cublas_blockwise,cublas_tensorwise,cublas_bf16}" \
         > "$LOGS/gemm.log" 2>&1; tail -30 "$LOGS/gemm.log" ;;
     ncu)
