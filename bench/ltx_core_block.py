@@ -539,6 +539,7 @@ def profile_entry(entry: Entry, inputs: dict, device, mode: str = "eager", n: in
     cpu_ops = sorted((e for e in avgs if e.device_type == torch.autograd.DeviceType.CPU),
                      key=lambda e: e.self_cpu_time_total, reverse=True)
     return {
+        "mode": mode,
         "host_ms_per_forward": statistics.median(host),
         "gpu_kernel_ms_per_forward": gpu_total,
         "top_kernels": [{"name": e.key, "calls_per_forward": e.count / n, "ms_per_forward": _device_us(e) / n / 1e3}
@@ -848,8 +849,7 @@ def main(argv=None) -> int:
                     except Exception:  # noqa: BLE001
                         failure(res["errors"], f"profile T={tokens} {e.label}", log)
                         continue
-                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens,
-                                           "mode": args.profile_mode, **p})
+                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens, **p})
                     print_profile(e.label, tokens, p)
                 save()
             del inputs, eager_x

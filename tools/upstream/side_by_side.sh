@@ -77,10 +77,19 @@ for phase in "$@"; do
         --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$LOGS/block_eager.log"
       tail -40 "$OUT/block_eager.md" ;;
     block-compile)
+      # One process per package: ltx-core's compiled code looks ltx_kernels' modules up by name, so
+      # two packages of that name cannot share a process under torch.compile. Processes alternate
+      # (ours, upstream, ours, upstream with COMPILE_ROUNDS=2); compare ratios within the run only.
       [ -n "$UP" ] || UP=$(upstream_path)
-      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} \
-        --budget-s "$BUDGET" --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$LOGS/block_compile.log"
-      tail -30 "$OUT/block_compile.md" ;;
+      : > "$OUT/block_compile.md"
+      for round in $(seq "${COMPILE_ROUNDS:-1}"); do
+        for pkg in ours upstream; do
+          python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured --packages "$pkg" \
+            ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} --budget-s "$BUDGET" \
+            --json "$LOGS/block_compile_${pkg}_$round.json" >> "$OUT/block_compile.md" 2> "$LOGS/block_compile_${pkg}_$round.log"
+        done
+      done
+      grep -E "^\| (bf16|fp8|fp6) \| [a-z]+ \| [0-9]+ \| [0-9.]+ \|" "$OUT/block_compile.md" | grep -v e-0 ;;
     gemm)
       [ -n "$UP" ] || UP=$(upstream_path)
       libs=()
