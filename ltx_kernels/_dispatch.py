@@ -245,6 +245,19 @@ def torch_reasons(*tensors: torch.Tensor) -> list:
     return []
 
 
+def run_planned(plans: Plans, key, plan_args: tuple, impl, *args):
+    """The body of an op as torch.library registers it, for ops with an eager plan cache: the plan
+    of the arguments' signature when a call of that signature has recorded one, else ``impl``
+    (recording the plan a backend offers). Compiled graphs and direct ``torch.ops`` calls run
+    this, so they skip the backend path (choice, row maps, config lookup, Triton's argument
+    binding: tens of microseconds a call) as the eager wrappers do. ``key`` must be what the
+    public wrapper computes for the same call, ``plan_args`` what the wrapper passes to its plan."""
+    plan = plans.get(key)
+    if plan is not None:
+        return plan(*plan_args)
+    return plans.record(key, impl, *args)
+
+
 def call(custom_op, impl, *args):
     """Eager calls go straight to the implementation (the torch.library dispatcher costs tens of
     microseconds a call); under torch.compile / export the registered op is traced instead."""

@@ -6,7 +6,8 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import Memo, Op, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from ._dispatch import (Memo, Op, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons,
+                        triton_reasons)
 
 pack_op = Op("fp6_pack")
 unpack_op = Op("fp6_unpack")
@@ -82,7 +83,12 @@ def _fp6_pack_op_impl(x: torch.Tensor, backend: str) -> torch.Tensor:
     return pack_op(backend, x)
 
 
-_fp6_pack_op = torch.library.custom_op("ltx_kernels::fp6_pack", _fp6_pack_op_impl, mutates_args=())
+def _fp6_pack_registered(x: torch.Tensor, backend: str) -> torch.Tensor:
+    key = signature(("fp6_pack", x, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (x,), _fp6_pack_op_impl, x, backend)
+
+
+_fp6_pack_op = torch.library.custom_op("ltx_kernels::fp6_pack", _fp6_pack_registered, mutates_args=())
 
 
 @_fp6_pack_op.register_fake
@@ -94,7 +100,12 @@ def _fp6_unpack_op_impl(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
     return unpack_op(backend, p, n)
 
 
-_fp6_unpack_op = torch.library.custom_op("ltx_kernels::fp6_unpack", _fp6_unpack_op_impl, mutates_args=())
+def _fp6_unpack_registered(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
+    key = signature(("fp6_unpack", p, n, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (p, n), _fp6_unpack_op_impl, p, n, backend)
+
+
+_fp6_unpack_op = torch.library.custom_op("ltx_kernels::fp6_unpack", _fp6_unpack_registered, mutates_args=())
 
 
 @_fp6_unpack_op.register_fake

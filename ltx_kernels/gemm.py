@@ -11,7 +11,7 @@ from . import _checks as chk
 from . import _ext
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 gemm_op = Op("fp8_gemm_nt")
@@ -182,7 +182,14 @@ def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, 
     gemm_op(backend, a, a_scales, b, b_scales, bias, out)
 
 
-_gemm_out_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt_out", _gemm_out_op_impl, mutates_args=("out",))
+def _gemm_out_registered(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+                         bias: Optional[torch.Tensor], out: torch.Tensor, backend: str) -> None:
+    key = signature((a, a_scales, b, b_scales, bias, out, resolve_backend_name(backend), tuning.generation))
+    run_planned(_plans, key, (a, a_scales, b, b_scales, bias, out), _gemm_out_op_impl, a, a_scales, b, b_scales, bias,
+                out, backend)
+
+
+_gemm_out_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt_out", _gemm_out_registered, mutates_args=("out",))
 
 
 @_gemm_out_op.register_fake
@@ -197,7 +204,14 @@ def _gemm_new_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, 
     return d
 
 
-_gemm_new_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt", _gemm_new_op_impl, mutates_args=())
+def _gemm_new_registered(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
+                         bias: Optional[torch.Tensor], backend: str) -> torch.Tensor:
+    key = signature((a, a_scales, b, b_scales, bias, None, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (a, a_scales, b, b_scales, bias, None), _gemm_new_op_impl, a, a_scales, b,
+                       b_scales, bias, backend)
+
+
+_gemm_new_op = torch.library.custom_op("ltx_kernels::fp8_gemm_nt", _gemm_new_registered, mutates_args=())
 
 
 @_gemm_new_op.register_fake

@@ -8,7 +8,7 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
@@ -116,7 +116,15 @@ def _rms_norm_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: 
     return interleaved_op(backend, x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-_rms_norm_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_rope", _rms_norm_rope_op_impl, mutates_args=())
+def _rms_norm_rope_registered(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
+                              weights: Optional[torch.Tensor], out_fp8: bool, eps: float, backend: str) -> torch.Tensor:
+    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
+                     tuning.generation))
+    return run_planned(_plans, key, (x, cos_freqs, sin_freqs, weights), _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs,
+                       weights, out_fp8, eps, backend)
+
+
+_rms_norm_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_rope", _rms_norm_rope_registered, mutates_args=())
 
 
 @_rms_norm_rope_op.register_fake
@@ -200,7 +208,17 @@ def _rms_norm_split_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_f
     return split_op(backend, x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-_rms_norm_split_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_split_rope", _rms_norm_split_rope_op_impl, mutates_args=())
+def _rms_norm_split_rope_registered(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
+                                    weights: Optional[torch.Tensor], out_fp8: bool, eps: float,
+                                    backend: str) -> torch.Tensor:
+    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
+                     tuning.generation))
+    return run_planned(_plans, key, (x, cos_freqs, sin_freqs, weights), _rms_norm_split_rope_op_impl, x, cos_freqs,
+                       sin_freqs, weights, out_fp8, eps, backend)
+
+
+_rms_norm_split_rope_op = torch.library.custom_op("ltx_kernels::rms_norm_split_rope", _rms_norm_split_rope_registered,
+                                                  mutates_args=())
 
 
 @_rms_norm_split_rope_op.register_fake

@@ -12,7 +12,7 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -54,11 +54,12 @@ def buffer_to_scales(buf: torch.Tensor, m: int) -> torch.Tensor:
 
 
 def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
-    """Offer a plan ``(*inputs) -> (out, scales or None)`` for
-    ``launch(*view(*inputs), out rows, sbuf or out rows)``. ``inputs`` are the public
-    call's tensors (x first), ``used`` what the kernel read for them; offered only when
-    ``view(*inputs)`` gives those very tensors (no copy was needed), as it then does for every
-    call of the signature."""
+    """Offer a plan ``(*inputs) -> (out, scale buffer)`` (what the custom op returns; an empty
+    stand-in buffer when not quantizing) for ``launch(*view(*inputs), out rows, sbuf or out rows)``.
+    ``inputs`` are the public call's tensors (x first), ``used`` what the kernel read for them;
+    offered only when ``view(*inputs)`` gives those very tensors (no copy was needed), as it then
+    does for every call of the signature. The public wrappers turn the buffer into the scales
+    view (``_planned_scales``)."""
     if launch is None:
         return
     try:
@@ -77,12 +78,18 @@ def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
         out2 = out.view(-1, kk)
         if not scales:
             launch(*view(*inputs), out2, out2)
-            return out, None
+            return out, _NO_SCALES(out)
         sbuf = torch.empty(kb, m_pad, dtype=torch.float32, device=device)
         launch(*view(*inputs), out2, sbuf)
-        return out, buffer_to_scales(sbuf, m)
+        return out, sbuf
 
     _plans.offer(run)
+
+
+def _planned_scales(x, result):
+    """A plan's (q, scale buffer) as the public wrappers return it: (q, scales [M, K/128] view)."""
+    q, buf = result
+    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -130,7 +137,12 @@ def _quantize_op_impl(x: torch.Tensor, scale_max: float, gelu: bool, backend: st
     return quantize_op(backend, x, scale_max, gelu)
 
 
-_quantize_op = torch.library.custom_op("ltx_kernels::quantize_blockwise", _quantize_op_impl, mutates_args=())
+def _quantize_registered(x: torch.Tensor, scale_max: float, gelu: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (x,), _quantize_op_impl, x, scale_max, gelu, backend)
+
+
+_quantize_op = torch.library.custom_op("ltx_kernels::quantize_blockwise", _quantize_registered, mutates_args=())
 
 
 def _fake_quantized(x):
@@ -161,7 +173,7 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        return plan(x)
+        return _planned_scales(x, plan(x))
     if not _checked.get(key):
         _check_rows("x", x)
         _checked.put(key, chk.positive_finite("scale_max", scale_max))
@@ -246,7 +258,12 @@ def _dequantize_op_impl(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.
     return dequantize_op(backend, q, scales, out_dtype)
 
 
-_dequantize_op = torch.library.custom_op("ltx_kernels::dequantize_blockwise", _dequantize_op_impl, mutates_args=())
+def _dequantize_registered(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype, backend: str) -> torch.Tensor:
+    key = signature(("dequantize", q, scales, out_dtype, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (q, scales), _dequantize_op_impl, q, scales, out_dtype, backend)
+
+
+_dequantize_op = torch.library.custom_op("ltx_kernels::dequantize_blockwise", _dequantize_registered, mutates_args=())
 
 
 @_dequantize_op.register_fake
@@ -313,7 +330,13 @@ def _adanorm_op_impl(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, 
     return adanorm_op(backend, x, scale, shift, eps, scale_max)
 
 
-_adanorm_op = torch.library.custom_op("ltx_kernels::quantize_adanorm", _adanorm_op_impl, mutates_args=())
+def _adanorm_registered(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float, scale_max: float,
+                        backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (x, scale, shift), _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
+
+
+_adanorm_op = torch.library.custom_op("ltx_kernels::quantize_adanorm", _adanorm_registered, mutates_args=())
 
 
 @_adanorm_op.register_fake
@@ -329,7 +352,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
     key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        return plan(x, scale, shift)
+        return _planned_scales(x, plan(x, scale, shift))
     if not _checked.get(key):
         _check_rows("x", x)
         _check_modulation("scale", scale, x)
@@ -373,7 +396,13 @@ def _rms_fma_op_impl(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: 
     return rms_fma_op(backend, x, y, gate, eps, scale_max)
 
 
-_rms_fma_op = torch.library.custom_op("ltx_kernels::quantize_rms_fma_", _rms_fma_op_impl, mutates_args=("x",))
+def _rms_fma_registered(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
+                        backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    key = signature(("rms_fma", x, y, gate, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    return run_planned(_plans, key, (x, y, gate), _rms_fma_op_impl, x, y, gate, eps, scale_max, backend)
+
+
+_rms_fma_op = torch.library.custom_op("ltx_kernels::quantize_rms_fma_", _rms_fma_registered, mutates_args=("x",))
 
 
 @_rms_fma_op.register_fake
@@ -392,7 +421,7 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     if inplace:  # (a plan writes the residual into the caller's x)
         plan = _plans.get(key)
         if plan is not None:
-            q, s = plan(x, y, gate)
+            q, s = _planned_scales(x, plan(x, y, gate))
             return q, s, x
     if not _checked.get(key):
         _check_rows("x", x)
@@ -437,7 +466,14 @@ def _gated_op_impl(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, s
     return gated_op(backend, x, gate_logits, quantize, scale_max)
 
 
-_gated_op = torch.library.custom_op("ltx_kernels::gated_attention", _gated_op_impl, mutates_args=())
+def _gated_registered(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, scale_max: float,
+                      backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    key = signature(("gated", x, gate_logits, bool(quantize), scale_max, resolve_backend_name(backend),
+                     tuning.generation))
+    return run_planned(_plans, key, (x, gate_logits), _gated_op_impl, x, gate_logits, quantize, scale_max, backend)
+
+
+_gated_op = torch.library.custom_op("ltx_kernels::gated_attention", _gated_registered, mutates_args=())
 
 
 @_gated_op.register_fake
@@ -457,7 +493,8 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
                      tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        return plan(x, gate_logits)
+        out, buf = plan(x, gate_logits)
+        return (_planned_scales(x, (out, buf)) if quantize else (out, None))
     if not _checked.get(key):
         kk = _check_rows("x", x) if quantize else chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1).shape[-1]
         chk.tensor("gate_logits", gate_logits, dtypes=chk.FLOAT_DTYPES, min_ndim=1)

@@ -109,3 +109,34 @@ def test_compiled_chain_against_float64(device):
         assert rel_err(out, want.float()) <= 3e-3
     else:
         assert_rounded_close(out, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans are offered by the CUDA launchers")
+def test_compiled_graph_takes_the_eager_plans():
+    """The same chain under inductor, three times with fresh inputs: from the second call the ops
+    registered with torch.library run the per-signature plans; outputs equal eager's bit for bit
+    (eager takes the same plans), and the plans are there."""
+    from ltx_kernels import gemm, norm_rope
+
+    b, t, nh, dh, n = 1, 256, 4, 128, 512
+    h = nh * dh
+
+    def chain(x, cos, sin, w, qb, sb, bias):
+        y = lk.rms_norm_split_rope(x, cos, sin, w)
+        q, s = lk.quantize_blockwise(y)
+        return y, lk.fp8_gemm_nt(q.view(-1, h), s, qb, sb, bias)
+
+    compiled = torch.compile(chain, fullgraph=True)
+    qb, sb = lk.quantize_weights_blockwise(torch.randn(n, h, device="cuda"))
+    bias = torch.randn(n, device="cuda")
+    for _ in range(3):
+        x = torch.randn(b, t, h, device="cuda", dtype=BF16) * 3
+        cos = torch.randn(b, t, nh, dh // 2, device="cuda", dtype=BF16).swapaxes(1, 2)
+        sin = torch.randn(b, t, nh, dh // 2, device="cuda", dtype=BF16).swapaxes(1, 2)
+        w = torch.rand(h, device="cuda", dtype=BF16)
+        for got, want in zip(compiled(x, cos, sin, w, qb, sb, bias), chain(x, cos, sin, w, qb, sb, bias)):
+            assert torch.equal(got, want)
+    gen = norm_rope.tuning.generation
+    assert norm_rope._plans.get(norm_rope.signature(("split", x, cos, sin, w, 1e-6, False, "auto", gen)))
+    q, s = lk.quantize_blockwise(lk.rms_norm_split_rope(x, cos, sin, w))
+    assert gemm._plans.get(gemm.signature((q.view(-1, h), s, qb, sb, bias, None, "auto", gen)))

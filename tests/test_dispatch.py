@@ -147,3 +147,52 @@ def test_new_tuning_record_resets_memoised_choices(tmp_path, monkeypatch):
     assert op("auto", torch.zeros(1)) == "torch"  # memoised
     tuning.store("toy2", ("k",), {"x": 1}, 0.1, "cpu")
     assert op("auto", torch.zeros(1)) == "triton"
+
+
+def test_registered_op_takes_the_plan_of_its_signature(monkeypatch):
+    """What torch.library runs for an op (compiled graphs, torch.ops calls): a call of a new
+    signature goes through the backend and records the plan it offers; the next call of that
+    signature runs the plan (the backend is not called again), a call of another signature does not."""
+    from ltx_kernels import fp6
+
+    calls = []
+
+    def backend_impl(p, n, backend):
+        calls.append(tuple(p.shape))
+        out = fp6.ref.fp6_unpack(p, n)
+        fp6._plans.offer(lambda p, n: fp6.ref.fp6_unpack(p, n) + 0)
+        return out
+
+    monkeypatch.setattr(fp6, "_plans", _dispatch.Plans())
+    monkeypatch.setattr(fp6, "_fp6_unpack_op_impl", backend_impl)
+    codes = torch.randint(0, 256, (3, 8), dtype=torch.uint8) & 0x9F
+    p = fp6.ref.fp6_pack(codes)
+    for _ in range(3):
+        assert torch.equal(torch.ops.ltx_kernels.fp6_unpack(p, 8, "torch"), codes)
+    assert calls == [(3, 6)], "the second and third calls should have run the recorded plan"
+    p2 = fp6.ref.fp6_pack(codes[:2])
+    assert torch.equal(torch.ops.ltx_kernels.fp6_unpack(p2, 8, "torch"), codes[:2])
+    assert calls == [(3, 6), (2, 6)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans are offered by the CUDA launchers")
+def test_compiled_graph_runs_planned_ops():
+    """A compiled fp6 unpack + dequantize chain: after the first call records the plans, later calls
+    (fresh inputs of the same signature) take them and still match the reference."""
+    from ltx_kernels import fp6, quantize, reference as ref
+
+    def chain(p, s):
+        q = lk.fp6_unpack(p, 256).view(torch.float8_e4m3fn)
+        return lk.dequantize_blockwise(q, s)
+
+    compiled = torch.compile(chain, fullgraph=True)
+    for _ in range(3):
+        codes = torch.randint(0, 256, (64, 256), dtype=torch.uint8, device="cuda") & 0x9F
+        p = ref.fp6_pack(codes)
+        s = torch.rand(64, 2, device="cuda") + 0.5
+        want = ref.dequantize_blockwise(codes.view(torch.float8_e4m3fn), s)
+        torch.testing.assert_close(compiled(p, s), want, rtol=0, atol=0)
+    gen = fp6.tuning.generation
+    assert fp6._plans.get(fp6.signature(("fp6_unpack", p, 256, "auto", gen)))
+    assert quantize._plans.get(quantize.signature(("dequantize", codes.view(torch.float8_e4m3fn), s, torch.bfloat16,
+                                                    "auto", gen)))

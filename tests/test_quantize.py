@@ -385,3 +385,63 @@ def test_zero_width_rows(device, backend):
     out, none = lk.gated_attention(torch.zeros(4, 0, device=device), torch.zeros(4, 2, device=device),
                                    quantize=False, backend=backend)
     assert out.shape == (4, 0) and none is None
+
+
+def test_wrappers_turn_a_plans_buffer_into_the_scales_view(monkeypatch):
+    """A plan returns what the custom op returns, (codes, scale buffer [K/128, A4(M)]) (an empty
+    stand-in when gated_attention does not quantize); the public wrappers hand back the scales
+    [M, K/128] view (or None). Plans are recorded on GPUs only, so one is injected here."""
+    from ltx_kernels import quantize
+
+    x = torch.randn(2, 5, 256, dtype=BF16)
+    logits = torch.randn(2, 5, 2, dtype=BF16)
+    qr, sr = ref.quantize_blockwise(x)
+    plans = quantize.Plans()
+    gen = quantize.tuning.generation
+    key = quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "torch", gen))
+    plans._memo.put(key, lambda x: (qr, quantize._as_buffer(sr)))
+    gkey = quantize.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX, "torch", gen))
+    plans._memo.put(gkey, lambda x, lg: (x + 1, quantize._NO_SCALES(x)))
+    monkeypatch.setattr(quantize, "_plans", plans)
+    q, s = lk.quantize_blockwise(x, backend="torch")
+    out, none = lk.gated_attention(x, logits, quantize=False, backend="torch")
+    assert_codes_equal(q, qr)
+    assert torch.equal(s, sr)
+    _check_layout(s, 10, 2)
+    assert torch.equal(out, x + 1) and none is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans are offered by the CUDA launchers")
+def test_compiled_producers_take_their_plans():
+    """The quantize producers inside a compiled graph: from the second call the ops registered with
+    torch.library run the plans recorded for their signatures; results equal eager's, call after
+    call, fresh inputs each time (residual written in place too)."""
+    from ltx_kernels import quantize
+
+    b, t, h, nh = 1, 96, 512, 4
+    FP8 = torch.float8_e4m3fn
+
+    def chain(x, y, scale, shift, gate, logits):
+        q1, s1 = lk.quantize_blockwise(x, gelu=True)
+        q2, s2 = lk.quantize_adanorm(x, scale, shift)
+        g, gs = lk.gated_attention(y, logits)
+        u, none = lk.gated_attention(y, logits, quantize=False)
+        q3, s3, r = lk.quantize_rms_fma(x, y, gate)
+        return q1, s1, q2, s2, g, gs, u, q3, s3, r
+
+    compiled = torch.compile(chain, fullgraph=True)
+    for _ in range(3):
+        args = [torch.randn(b, t, h, device="cuda", dtype=BF16), torch.randn(b, t, h, device="cuda", dtype=BF16),
+                torch.randn(b, 1, h, device="cuda", dtype=BF16) * 0.3, torch.randn(b, t, h, device="cuda", dtype=BF16),
+                torch.randn(b, 1, h, device="cuda", dtype=BF16), torch.randn(b, t, nh, device="cuda", dtype=BF16)]
+        eager_args = [a.clone() for a in args]
+        got, want = compiled(*args), chain(*eager_args)
+        for g_, w_ in zip(got, want):
+            assert torch.equal(g_.view(torch.uint8) if g_.dtype == FP8 else g_, w_.view(torch.uint8)
+                               if w_.dtype == FP8 else w_)
+        assert torch.equal(args[0], eager_args[0]), "the residual written in place differs"
+    gen = quantize.tuning.generation
+    x, y, scale, shift, gate, logits = args
+    assert quantize._plans.get(quantize.signature(("adanorm", x, scale, shift, 1e-6, quantize.FP8_SCALE_MAX, "auto",
+                                                   gen)))
+    assert quantize._plans.get(quantize.signature(("gated", y, logits, True, quantize.FP8_SCALE_MAX, "auto", gen)))
