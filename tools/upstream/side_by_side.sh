@@ -7,10 +7,12 @@
 # Phases: build (upstream through build_upstream.sh, ours through `python -m ltx_kernels build`,
 # in parallel; both builds are also packed as ours_ext.tgz / upstream_so.tgz so a later run can
 # reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (tools/first_use.py), block-eager /
-# block-compile (bench/ltx_core_block.py eager+graph+full with a profile / compile+captured),
+# block-compile (bench/ltx_core_block.py eager+graph+full with a profile in one process /
+# compile+captured, one process per package),
 # gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
-# variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight
-# Compute profile), tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded);
+# variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight Compute
+# profile; NCU_CFGS: BMxBNxCL or LIB.so@BMxBNxCL; per-SASS stall samples in ncu_gemm_sass.csv.gz),
+# tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded);
 # BLOCK_ARGS adds arguments to the block phases (later ones win: --modes compile --variants bf16,fp8).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -103,9 +105,11 @@ for phase in "$@"; do
       read -r -a cfgs <<< "${NCU_CFGS:-256x128x2}"
       n=$(( ${#cfgs[@]} + 2 ))
       timeout 300 "$NCU" --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s "$n" -c "$n" --set detailed \
-        --section WarpStateStats --section InstructionStats -o /tmp/ncu_gemm -f \
+        --section WarpStateStats --section InstructionStats --section SourceCounters -o /tmp/ncu_gemm -f \
         python tools/upstream/ncu_vs_deep_gemm.py "$UP" ${NCU_SHAPE:-32768 4096 4096} "${cfgs[@]}" > "$LOGS/ncu_run.log" 2>&1
       "$NCU" -i /tmp/ncu_gemm.ncu-rep --print-details all > "$OUT/ncu_gemm.txt" 2>&1
+      # per-SASS-line stall samples of every profiled kernel (where the warps wait), compressed
+      "$NCU" -i /tmp/ncu_gemm.ncu-rep --page source --csv --print-source sass 2> /dev/null | gzip > "$OUT/ncu_gemm_sass.csv.gz"
       grep -E "^  [a-z_].*\(|SM Frequency|^    Duration|Tensor|Issue Slots Busy|L2 Cache Throughput|Executed Instructions  |Registers Per" \
         "$OUT/ncu_gemm.txt" | head -60 ;;
     tests) python -m pytest tests -q -x ${TEST_K:+-k "$TEST_K"} > "$LOGS/tests.log" 2>&1; tail -5 "$LOGS/tests.log" ;;
