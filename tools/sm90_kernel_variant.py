@@ -13,6 +13,11 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   noorder    the consumers issue their wgmma without turn order (no named barriers between them)
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
+  rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
+             loading half)
+  gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
+             they acquire) instead of 4-byte cp.async copies into the ring; the full barrier then
+             has one arrival (the producer's expect-tx)
 """
 from __future__ import annotations
 
@@ -47,11 +52,68 @@ ORDER_BEFORE = """        if constexpr (kConsumers == 2) {
 ORDER_FIRST = "    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);\n"
 STAGES = "  static constexpr int kStages = fit(1);\n"
 
+RANK0A = [
+    ("        int a_row = m_blk * BM + rank * kRowsA;\n        if (a_row >= p.M) a_row = 0;\n",
+     "        const int a_row = m_blk * BM;\n"),
+    ("""          if constexpr (CLUSTER > 1)
+            tma_load_2d_multicast(&tma_a, &s.full[stage], s.a[stage] + rank * kRowsA * BK, kb * BK, a_row,
+                                  static_cast<uint16_t>((1 << CLUSTER) - 1));
+""", """          if constexpr (CLUSTER > 1) {
+            if (rank == 0)
+              tma_load_2d_multicast(&tma_a, &s.full[stage], s.a[stage], kb * BK, a_row,
+                                    static_cast<uint16_t>((1 << CLUSTER) - 1));
+          }
+"""),
+    ("a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;", "a, p.M, p.K, lda, BK, BM)) return e;"),
+]
+
+GSB = [
+    ("      mbar_init(&s.full[i], 2);", "      mbar_init(&s.full[i], 1);"),
+    ("""          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
+          if constexpr (BN > 128) cp_async_4(&s.sb[stage][1], sb1 + kb * p.sb_sk);
+          cp_async_arrive(&s.full[stage]);
+""", ""),
+    ("""        const float* sb0 = p.sb + nb0 * p.sb_sn;
+        const float* sb1 = p.sb + nb1 * p.sb_sn;
+""", ""),
+    ("        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);\n", ""),
+    ("""    auto acquire = [&](Scales& sc) {
+""", """    // B scales from global memory: a cursor over the blocks in the order they are acquired
+    int acq_unit = cluster_id, acq_kb = 0;
+    const float* acq_sb0 = p.sb;
+    const float* acq_sb1 = p.sb;
+    auto acq_tile = [&] {
+      int m_blk, n_grp;
+      unit_coords(acq_unit / p.splits, num_m, num_groups, m_blk, n_grp);
+      const int nb0 = min((n_grp * CLUSTER + rank) * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
+      acq_sb0 = p.sb + nb0 * p.sb_sn;
+      acq_sb1 = p.sb + nb1 * p.sb_sn;
+    };
+    if (acq_unit < num_units) acq_tile();
+    auto acquire = [&](Scales& sc) {
+"""),
+    ("""      sc.b[0] = lds_ordered(&s.sb[stage][0]);
+      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
+""", """      const int kbg = acq_unit % p.splits * kblocks + acq_kb;
+      sc.b[0] = ldg_ordered(acq_sb0 + kbg * p.sb_sk);
+      sc.b[1] = BN > 128 ? ldg_ordered(acq_sb1 + kbg * p.sb_sk) : 0.f;
+      if (++acq_kb == kblocks) {
+        acq_kb = 0;
+        acq_unit += num_clusters;
+        if (acq_unit < num_units) acq_tile();
+      }
+"""),
+]
+
 
 def structural(src: str, variant: str) -> str:
     if variant == "noorder":
         src = replace_once(src, ORDER_BEFORE, "        issue(acc, w);\n", variant)
         return replace_once(src, ORDER_FIRST, "", variant)
+    if variant in ("rank0a", "gsb"):
+        for old, new in (RANK0A if variant == "rank0a" else GSB):
+            src = replace_once(src, old, new, variant)
+        return src
     if variant == "boxes":
         return replace_once(src, STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n",
                             variant)
@@ -74,7 +136,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, noorder, boxes)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, noorder, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 
