@@ -6,7 +6,7 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 tools/sm90_standalone.cu -o sm90_standalone
 //   [LTX_SM90_DATA=full] [LTX_SM90_SUSTAIN_MS=2000] [LTX_SM90_CHECK=0] ./sm90_standalone M N K BM BN CLUSTER [reps]
 // LTX_SM90_CHECK=0 skips the check, for kernel builds that compute wrong results on purpose.
-#include "fp8_gemm_sm90_kernel.cu"  // from the -I folder: the kernel of this or another checkout
+#include "sm90_lib.cu"  // the C entry point, over the kernel of the -I folder (this or another checkout)
 
 #include <dlfcn.h>
 
@@ -112,23 +112,11 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(sb, h_sb.data(), h_sb.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(bias, h_bias.data(), h_bias.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(d, 0xFF, size_t(M + kPad) * N * 2));  // bf16 NaN: unwritten outputs show up
-  ltx_gemm_sm90::Params p{};
-  p.sa = sa;
-  p.sa_sk = M4;
-  p.sb = sb;
-  p.sb_sn = KB;
-  p.sb_sk = 1;
-  p.bias = bias;
-  p.d = d;
-  p.ldd = N;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.splits = 1;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   auto run = [&] {
-    const char* e = ltx_gemm_sm90::launch(p, a, K, b, K, cfg, sms, 0);
+    const char* e = ltx_sm90_launch(a, b, sa, M4, sb, KB, 1, bias, d, N, M, N, K, cfg.block_m, cfg.block_n, cfg.cluster,
+                                    sms, nullptr);
     if (e) {
       std::fprintf(stderr, "launch: %s\n", e);
       std::exit(1);
