@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SM90 GEMM evidence on an H100/H200: SASS (QGMMA), ptxas registers/smem, memcheck on a small shape.
+# SM90 GEMM evidence on an H100/H200: SASS (QGMMA, FFMA bank conflicts), ptxas registers/smem, memcheck on a small shape.
 #   bash tools/sm90_check.sh OUTDIR
 set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
@@ -10,6 +10,8 @@ CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 "$CUOBJDUMP" -sass "$SO" > "$OUTDIR/sm90_gemm.sass" 2>&1
 echo "SASS: $(grep -c QGMMA "$OUTDIR/sm90_gemm.sass") QGMMA, $(grep -c UTMALDG "$OUTDIR/sm90_gemm.sass") UTMALDG, $(grep -c 'SYNCS' "$OUTDIR/sm90_gemm.sass") SYNCS (mbarrier) instructions"
 grep -o "QGMMA[.A-Z0-9x]*" "$OUTDIR/sm90_gemm.sass" | sort | uniq -c | head -5
+# promotion FFMAs reading three same-bank registers (0 is what ptxas reaches when unconstrained)
+python3 "$(dirname "$0")/sass_ffma_banks.py" "$OUTDIR/sm90_gemm.sass" | sed 's/_ZN13ltx_gemm_sm90.*fp8_gemm_kernel//' | cut -c1-80
 # one line per instantiation: fp8_gemm_kernel<BM, BN, CLUSTER> and its registers / shared memory
 "$CUOBJDUMP" -res-usage "$SO" 2>&1 | grep -A1 fp8_gemm_kernel | grep -o "ILi[0-9]*ELi[0-9]*ELi[0-9]\|REG:[0-9]*\|STACK:[0-9]*\|SHARED:[0-9]*" | paste - - - - 
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

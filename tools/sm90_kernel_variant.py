@@ -18,6 +18,10 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
              they acquire) instead of 4-byte cp.async copies into the ring; the full barrier then
              has one arrival (the producer's expect-tx)
+  ws32       split-K's fp32 partials stored as two 4-byte stores instead of one 8-byte store: the
+             64-bit store ties total[2i], total[2i+1] to an aligned register pair, which puts a
+             quarter to a half of the promotion's FFMAs on three same-bank registers
+             (tools/sass_ffma_banks.py: 0 with this variant, as in DeepGEMM)
 """
 from __future__ import annotations
 
@@ -67,6 +71,11 @@ RANK0A = [
     ("a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;", "a, p.M, p.K, lda, BK, BM)) return e;"),
 ]
 
+WS32 = [
+    ("                  *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);\n",
+     "                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];\n"),
+]
+
 GSB = [
     ("      mbar_init(&s.full[i], 2);", "      mbar_init(&s.full[i], 1);"),
     ("""          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
@@ -110,8 +119,8 @@ def structural(src: str, variant: str) -> str:
     if variant == "noorder":
         src = replace_once(src, ORDER_BEFORE, "        issue(acc, w);\n", variant)
         return replace_once(src, ORDER_FIRST, "", variant)
-    if variant in ("rank0a", "gsb"):
-        for old, new in (RANK0A if variant == "rank0a" else GSB):
+    if variant in ("rank0a", "gsb", "ws32"):
+        for old, new in {"rank0a": RANK0A, "gsb": GSB, "ws32": WS32}[variant]:
             src = replace_once(src, old, new, variant)
         return src
     if variant == "boxes":
@@ -136,7 +145,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, noorder, boxes, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, noorder, boxes, rank0a, gsb, ws32)")
     return src[:body_start] + body + src[end:]
 
 
