@@ -59,7 +59,7 @@ def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
     ``inputs`` are the public call's tensors (x first), ``used`` what the kernel read for them;
     offered only when ``view(*inputs)`` gives those very tensors (no copy was needed), as it then
     does for every call of the signature. The public wrappers turn the buffer into the scales
-    view (``_planned_scales``)."""
+    view (``_with_scales_view``)."""
     if launch is None:
         return
     try:
@@ -86,8 +86,8 @@ def _offer_plan(launch, inputs, used, view, out_dtype=FP8, scales=True):
     _plans.offer(run)
 
 
-def _planned_scales(x, result):
-    """A plan's (q, scale buffer) as the public wrappers return it: (q, scales [M, K/128] view)."""
+def _with_scales_view(x, result):
+    """An op's or a plan's (q, scale buffer) as the public wrappers return it: (q, scales [M, K/128] view)."""
     q, buf = result
     return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
 
@@ -98,8 +98,7 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 def _call_quantized(custom_op, impl, x, *args):
     """call() of an op returning (q, scale buffer), as (q, scales [M, K/128] view)."""
-    q, buf = call(custom_op, impl, x, *args)
-    return q, buffer_to_scales(buf, x.numel() // x.shape[-1])
+    return _with_scales_view(x, call(custom_op, impl, x, *args))
 
 
 def _check_eps_scale_max(eps, scale_max) -> None:
@@ -173,7 +172,7 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        return _planned_scales(x, plan(x))
+        return _with_scales_view(x, plan(x))
     if not _checked.get(key):
         _check_rows("x", x)
         _checked.put(key, chk.positive_finite("scale_max", scale_max))
@@ -352,7 +351,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
     key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        return _planned_scales(x, plan(x, scale, shift))
+        return _with_scales_view(x, plan(x, scale, shift))
     if not _checked.get(key):
         _check_rows("x", x)
         _check_modulation("scale", scale, x)
@@ -421,7 +420,7 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     if inplace:  # (a plan writes the residual into the caller's x)
         plan = _plans.get(key)
         if plan is not None:
-            q, s = _planned_scales(x, plan(x, y, gate))
+            q, s = _with_scales_view(x, plan(x, y, gate))
             return q, s, x
     if not _checked.get(key):
         _check_rows("x", x)
@@ -493,8 +492,7 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
                      tuning.generation))
     plan = _plans.get(key)
     if plan is not None:
-        out, buf = plan(x, gate_logits)
-        return (_planned_scales(x, (out, buf)) if quantize else (out, None))
+        return _gated_public(x, plan(x, gate_logits), quantize)
     if not _checked.get(key):
         kk = _check_rows("x", x) if quantize else chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1).shape[-1]
         chk.tensor("gate_logits", gate_logits, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
@@ -511,7 +509,8 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
 
 
 def _gated_then_view(x, gate_logits, quantize, scale_max, backend):
-    out, buf = call(_gated_op, _gated_op_impl, x, gate_logits, quantize, scale_max, backend)
-    if not quantize:
-        return out, None
-    return out, buffer_to_scales(buf, x.numel() // x.shape[-1])
+    return _gated_public(x, call(_gated_op, _gated_op_impl, x, gate_logits, quantize, scale_max, backend), quantize)
+
+
+def _gated_public(x, result, quantize):
+    return _with_scales_view(x, result) if quantize else (result[0], None)
