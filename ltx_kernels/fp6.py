@@ -6,8 +6,7 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import (Memo, Op, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons,
-                        triton_reasons)
+from ._dispatch import Memo, Op, Plans, call, run_planned, torch_reasons, triton_reasons
 
 pack_op = Op("fp6_pack")
 unpack_op = Op("fp6_unpack")
@@ -84,7 +83,7 @@ def _fp6_pack_op_impl(x: torch.Tensor, backend: str) -> torch.Tensor:
 
 
 def _fp6_pack_registered(x: torch.Tensor, backend: str) -> torch.Tensor:
-    key = signature(("fp6_pack", x, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("fp6_pack", x, backend=backend)
     return run_planned(_plans, key, (x,), _fp6_pack_op_impl, x, backend)
 
 
@@ -101,7 +100,7 @@ def _fp6_unpack_op_impl(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
 
 
 def _fp6_unpack_registered(p: torch.Tensor, n: int, backend: str) -> torch.Tensor:
-    key = signature(("fp6_unpack", p, n, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("fp6_unpack", p, n, backend=backend)
     return run_planned(_plans, key, (p, n), _fp6_unpack_op_impl, p, n, backend)
 
 
@@ -131,7 +130,7 @@ def fp6_pack(x: torch.Tensor, *, check: bool = False, backend: str = "auto") -> 
     Keeps bits 7 and 4..0 of each byte (bits 6-5 must be zero), 4 codes -> 3 bytes MSB-first,
     bit-exact with upstream. ``check=True`` raises FP6RangeError instead of dropping set bits.
     """
-    key = signature(("fp6_pack", x, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("fp6_pack", x, backend=backend)
     if not _checked.get(key):
         chk.tensor("x", x, dtypes=(torch.uint8, torch.float8_e4m3fn), min_ndim=1)
         chk.multiple_of("x.shape[-1]", x.shape[-1], 4)
@@ -148,7 +147,7 @@ def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tenso
     """Inverse of fp6_pack: uint8 ``[..., 3n/4]`` -> uint8 ``[..., n]`` (view it as float8_e4m3fn)."""
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {type(n).__name__}")
-    key = signature(("fp6_unpack", p, n, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("fp6_unpack", p, n, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(p, n)

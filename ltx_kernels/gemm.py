@@ -11,7 +11,7 @@ from . import _checks as chk
 from . import _ext
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, run_planned, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 gemm_op = Op("fp8_gemm_nt")
@@ -184,7 +184,7 @@ def _gemm_out_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, 
 
 def _gemm_out_registered(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
                          bias: Optional[torch.Tensor], out: torch.Tensor, backend: str) -> None:
-    key = signature((a, a_scales, b, b_scales, bias, out, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key(a, a_scales, b, b_scales, bias, out, backend=backend)
     run_planned(_plans, key, (a, a_scales, b, b_scales, bias, out), _gemm_out_op_impl, a, a_scales, b, b_scales, bias,
                 out, backend)
 
@@ -206,7 +206,7 @@ def _gemm_new_op_impl(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, 
 
 def _gemm_new_registered(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor, b_scales: torch.Tensor,
                          bias: Optional[torch.Tensor], backend: str) -> torch.Tensor:
-    key = signature((a, a_scales, b, b_scales, bias, None, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key(a, a_scales, b, b_scales, bias, None, backend=backend)
     return run_planned(_plans, key, (a, a_scales, b, b_scales, bias, None), _gemm_new_op_impl, a, a_scales, b,
                        b_scales, bias, backend)
 
@@ -266,7 +266,7 @@ def fp8_gemm_nt(a, a_scales, b, b_scales, bias=None, *, out=None, backend="auto"
     writes; other strides are honoured); b_scales fp32 ``[N/128, K/128]``; bias fp32 ``[N]``.
     Any M >= 0; N and K multiples of 128. fp32 accumulation promoted every 128-K block.
     """
-    key = signature((a, a_scales, b, b_scales, bias, out, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key(a, a_scales, b, b_scales, bias, out, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(a, a_scales, b, b_scales, bias, out)

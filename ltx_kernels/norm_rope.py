@@ -8,7 +8,7 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, run_planned, torch_reasons, triton_reasons
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
@@ -118,8 +118,7 @@ def _rms_norm_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: 
 
 def _rms_norm_rope_registered(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
                               weights: Optional[torch.Tensor], out_fp8: bool, eps: float, backend: str) -> torch.Tensor:
-    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
     return run_planned(_plans, key, (x, cos_freqs, sin_freqs, weights), _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs,
                        weights, out_fp8, eps, backend)
 
@@ -139,8 +138,7 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    key = signature(("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)
@@ -211,8 +209,7 @@ def _rms_norm_split_rope_op_impl(x: torch.Tensor, cos_freqs: torch.Tensor, sin_f
 def _rms_norm_split_rope_registered(x: torch.Tensor, cos_freqs: torch.Tensor, sin_freqs: torch.Tensor,
                                     weights: Optional[torch.Tensor], out_fp8: bool, eps: float,
                                     backend: str) -> torch.Tensor:
-    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
     return run_planned(_plans, key, (x, cos_freqs, sin_freqs, weights), _rms_norm_split_rope_op_impl, x, cos_freqs,
                        sin_freqs, weights, out_fp8, eps, backend)
 
@@ -233,8 +230,7 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    key = signature(("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)

@@ -12,7 +12,7 @@ import torch
 from . import _checks as chk
 from . import reference as ref
 from . import tuning
-from ._dispatch import Op, Memo, Plans, call, resolve_backend_name, run_planned, signature, torch_reasons, triton_reasons
+from ._dispatch import Op, Memo, Plans, call, run_planned, torch_reasons, triton_reasons
 
 FP8 = torch.float8_e4m3fn
 FP8_SCALE_MAX = ref.FP8_SCALE_MAX
@@ -137,7 +137,7 @@ def _quantize_op_impl(x: torch.Tensor, scale_max: float, gelu: bool, backend: st
 
 
 def _quantize_registered(x: torch.Tensor, scale_max: float, gelu: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("quantize", x, scale_max, bool(gelu), backend=backend)
     return run_planned(_plans, key, (x,), _quantize_op_impl, x, scale_max, gelu, backend)
 
 
@@ -169,7 +169,7 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
     GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
     """
-    key = signature(("quantize", x, scale_max, bool(gelu), resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("quantize", x, scale_max, bool(gelu), backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return _with_scales_view(x, plan(x))
@@ -258,7 +258,7 @@ def _dequantize_op_impl(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.
 
 
 def _dequantize_registered(q: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype, backend: str) -> torch.Tensor:
-    key = signature(("dequantize", q, scales, out_dtype, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("dequantize", q, scales, out_dtype, backend=backend)
     return run_planned(_plans, key, (q, scales), _dequantize_op_impl, q, scales, out_dtype, backend)
 
 
@@ -273,7 +273,7 @@ def _(q, scales, out_dtype, backend):
 def dequantize_blockwise(q, scales, *, out_dtype=torch.bfloat16, backend="auto"):
     """``q * scale`` for either layout: activation scales ``[M, K/128]`` (any strides) or weight
     scales ``[ceil(M/128), K/128]``; M is the product of q's leading dims."""
-    key = signature(("dequantize", q, scales, out_dtype, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("dequantize", q, scales, out_dtype, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(q, scales)
@@ -331,7 +331,7 @@ def _adanorm_op_impl(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, 
 
 def _adanorm_registered(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float, scale_max: float,
                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("adanorm", x, scale, shift, eps, scale_max, backend=backend)
     return run_planned(_plans, key, (x, scale, shift), _adanorm_op_impl, x, scale, shift, eps, scale_max, backend)
 
 
@@ -348,7 +348,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
 
     x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
     """
-    key = signature(("adanorm", x, scale, shift, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("adanorm", x, scale, shift, eps, scale_max, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return _with_scales_view(x, plan(x, scale, shift))
@@ -397,7 +397,7 @@ def _rms_fma_op_impl(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: 
 
 def _rms_fma_registered(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    key = signature(("rms_fma", x, y, gate, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, backend=backend)
     return run_planned(_plans, key, (x, y, gate), _rms_fma_op_impl, x, y, gate, eps, scale_max, backend)
 
 
@@ -416,7 +416,7 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     With ``inplace=True`` r is written into x (as upstream does); otherwise x is left alone.
     Returns ``(q, scales, r)``. gate broadcasts to x (``[B, 1, h]`` or ``[B, T, h]``).
     """
-    key = signature(("rms_fma", x, y, gate, eps, scale_max, resolve_backend_name(backend), tuning.generation))
+    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, backend=backend)
     if inplace:  # (a plan writes the residual into the caller's x)
         plan = _plans.get(key)
         if plan is not None:
@@ -467,8 +467,7 @@ def _gated_op_impl(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, s
 
 def _gated_registered(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool, scale_max: float,
                       backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    key = signature(("gated", x, gate_logits, bool(quantize), scale_max, resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("gated", x, gate_logits, bool(quantize), scale_max, backend=backend)
     return run_planned(_plans, key, (x, gate_logits), _gated_op_impl, x, gate_logits, quantize, scale_max, backend)
 
 
@@ -488,8 +487,7 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
     Returns ``(q, scales)`` (blockwise FP8) when ``quantize`` (H*D a multiple of 128), else
     ``(out in x.dtype, None)`` for any H*D.
     """
-    key = signature(("gated", x, gate_logits, bool(quantize), scale_max, resolve_backend_name(backend),
-                     tuning.generation))
+    key = tuning.plan_key("gated", x, gate_logits, bool(quantize), scale_max, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return _gated_public(x, plan(x, gate_logits), quantize)

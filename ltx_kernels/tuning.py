@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ._dispatch import forget_choices, log
+from ._dispatch import forget_choices, log, resolve_backend_name, signature
 from .triton import next_pow2
 
 _SHIPPED = Path(__file__).with_name("configs")
@@ -191,3 +191,10 @@ _choices: dict = {}
 # Bumped by every ``store``: the wrappers' per-signature launch plans include it in their keys, so
 # a config tuned later in the process replaces the one a plan was made with.
 generation = 0
+
+
+def plan_key(*parts, backend: str):
+    """The key of a call's launch plan (``_dispatch.Plans``), one for the public wrapper and the
+    op torch.library runs: the arguments' signature, the resolved backend and ``generation``.
+    None while torch.compile traces."""
+    return signature((*parts, resolve_backend_name(backend), generation))

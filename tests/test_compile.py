@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ltx_kernels as lk
+from ltx_kernels import _dispatch
 
 from helpers import assert_rounded_close, rel_err
 
@@ -137,6 +138,6 @@ def test_compiled_graph_takes_the_eager_plans():
         for got, want in zip(compiled(x, cos, sin, w, qb, sb, bias), chain(x, cos, sin, w, qb, sb, bias)):
             assert torch.equal(got, want)
     gen = norm_rope.tuning.generation
-    assert norm_rope._plans.get(norm_rope.signature(("split", x, cos, sin, w, 1e-6, False, "auto", gen)))
+    assert norm_rope._plans.get(_dispatch.signature(("split", x, cos, sin, w, 1e-6, False, "auto", gen)))
     q, s = lk.quantize_blockwise(lk.rms_norm_split_rope(x, cos, sin, w))
-    assert gemm._plans.get(gemm.signature((q.view(-1, h), s, qb, sb, bias, None, "auto", gen)))
+    assert gemm._plans.get(_dispatch.signature((q.view(-1, h), s, qb, sb, bias, None, "auto", gen)))

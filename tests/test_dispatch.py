@@ -193,6 +193,6 @@ def test_compiled_graph_runs_planned_ops():
         want = ref.dequantize_blockwise(codes.view(torch.float8_e4m3fn), s)
         torch.testing.assert_close(compiled(p, s), want, rtol=0, atol=0)
     gen = fp6.tuning.generation
-    assert fp6._plans.get(fp6.signature(("fp6_unpack", p, 256, "auto", gen)))
-    assert quantize._plans.get(quantize.signature(("dequantize", codes.view(torch.float8_e4m3fn), s, torch.bfloat16,
+    assert fp6._plans.get(_dispatch.signature(("fp6_unpack", p, 256, "auto", gen)))
+    assert quantize._plans.get(_dispatch.signature(("dequantize", codes.view(torch.float8_e4m3fn), s, torch.bfloat16,
                                                     "auto", gen)))

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import ltx_kernels as lk
+from ltx_kernels import _dispatch
 from ltx_kernels import reference as ref
 
 
@@ -92,9 +93,9 @@ def test_repeat_calls_same_signature(device):
             assert torch.equal(lk.fp6_unpack(p, 256, backend="triton"), xx)
     if device.type == "cuda":
         gen = fp6.tuning.generation
-        assert fp6._plans.get(fp6.signature(("fp6_pack", x, "triton", gen)))
-        assert fp6._plans.get(fp6.signature(("fp6_unpack", p, 256, "triton", gen)))
-        assert not fp6._plans.get(fp6.signature(("fp6_pack", xs, "triton", gen))), \
+        assert fp6._plans.get(_dispatch.signature(("fp6_pack", x, "triton", gen)))
+        assert fp6._plans.get(_dispatch.signature(("fp6_unpack", p, 256, "triton", gen)))
+        assert not fp6._plans.get(_dispatch.signature(("fp6_pack", xs, "triton", gen))), \
             "a plan kept for rows that needed a copy"
 
 

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import ltx_kernels as lk
+from ltx_kernels import _dispatch
 from ltx_kernels import reference as ref
 
 from helpers import assert_codes_equal, assert_fp8_close, assert_rounded_close
@@ -279,10 +280,10 @@ def test_repeat_calls_same_signature(device):
         assert_rounded_close(out, u)
     if device.type == "cuda":
         gen = quantize.tuning.generation
-        assert quantize._plans.get(quantize.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX,
+        assert quantize._plans.get(_dispatch.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX,
                                                        "triton", gen)))
-        assert quantize._plans.get(quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "triton", gen)))
-        assert not quantize._plans.get(quantize.signature(("quantize", xs, quantize.FP8_SCALE_MAX, False, "triton",
+        assert quantize._plans.get(_dispatch.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "triton", gen)))
+        assert not quantize._plans.get(_dispatch.signature(("quantize", xs, quantize.FP8_SCALE_MAX, False, "triton",
                                                            gen))), "a plan kept for rows that needed a copy"
 
 
@@ -302,7 +303,7 @@ def test_dequantize_repeat_calls_same_signature(device):
         assert torch.equal(lk.dequantize_blockwise(qw, sw, out_dtype=torch.float32), want_w.view(256, 384))
     if device.type == "cuda":
         gen = quantize.tuning.generation
-        assert quantize._plans.get(quantize.signature(("dequantize", q, s, BF16, "auto", gen)))
+        assert quantize._plans.get(_dispatch.signature(("dequantize", q, s, BF16, "auto", gen)))
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
@@ -398,9 +399,9 @@ def test_wrappers_turn_a_plans_buffer_into_the_scales_view(monkeypatch):
     qr, sr = ref.quantize_blockwise(x)
     plans = quantize.Plans()
     gen = quantize.tuning.generation
-    key = quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "torch", gen))
+    key = _dispatch.signature(("quantize", x, quantize.FP8_SCALE_MAX, False, "torch", gen))
     plans._memo.put(key, lambda x: (qr, quantize._as_buffer(sr)))
-    gkey = quantize.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX, "torch", gen))
+    gkey = _dispatch.signature(("gated", x, logits, False, quantize.FP8_SCALE_MAX, "torch", gen))
     plans._memo.put(gkey, lambda x, lg: (x + 1, quantize._NO_SCALES(x)))
     monkeypatch.setattr(quantize, "_plans", plans)
     q, s = lk.quantize_blockwise(x, backend="torch")
@@ -442,5 +443,5 @@ def test_compiled_producers_take_their_plans():
         assert torch.equal(args[0], eager_args[0]), "the residual written in place differs"
     gen = quantize.tuning.generation
     x, y, scale, shift, gate, logits = args
-    assert quantize._plans.get(quantize.signature(("quantize", x, quantize.FP8_SCALE_MAX, True, "auto", gen)))
-    assert quantize._plans.get(quantize.signature(("gated", y, logits, True, quantize.FP8_SCALE_MAX, "auto", gen)))
+    assert quantize._plans.get(_dispatch.signature(("quantize", x, quantize.FP8_SCALE_MAX, True, "auto", gen)))
+    assert quantize._plans.get(_dispatch.signature(("gated", y, logits, True, quantize.FP8_SCALE_MAX, "auto", gen)))
