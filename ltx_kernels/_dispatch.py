@@ -250,8 +250,9 @@ def run_planned(plans: Plans, key, plan_args: tuple, impl, *args):
     of the arguments' signature when a call of that signature has recorded one, else ``impl``
     (recording the plan a backend offers). Compiled graphs and direct ``torch.ops`` calls run
     this, so they skip the backend path (choice, row maps, config lookup, Triton's argument
-    binding: tens of microseconds a call) as the eager wrappers do. ``key`` must be what the
-    public wrapper computes for the same call, ``plan_args`` what the wrapper passes to its plan."""
+    binding: tens of microseconds a call) as the eager wrappers do. ``key``: the call's
+    ``tuning.plan_key``, as the public wrapper computes it; ``plan_args``: what the wrapper passes
+    to its plan."""
     plan = plans.get(key)
     if plan is not None:
         return plan(*plan_args)

@@ -18,6 +18,9 @@ import ltx_kernels as lk
 sys.path.insert(0, sys.argv[1])
 import blockwise_cpp  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from gemm_protocols import lib_gemm  # noqa: E402  (tools/: the variant libraries' ctypes entry)
+
 m, n, k = (int(v) for v in sys.argv[2:5])
 specs = sys.argv[5:]
 torch.manual_seed(0)
@@ -31,9 +34,6 @@ for spec in specs:
     path, _, cfg = spec.rpartition("@")
     cfg = tuple(int(v) for v in cfg.split("x"))
     if path:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-        from gemm_protocols import lib_gemm
-
         runs.append(lambda c=cfg, call=lib_gemm(path): call(qa, sa, qb, sb, bias, d, c))
     else:
         runs.append(lambda c=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *c, 1))
