@@ -10,7 +10,8 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   nopromote  no promotion; a never-taken branch keeps the wgmma results live
   fadd       total += acc: an unscaled fp32 add per element, as a tensorwise GEMM promotes
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
-  noorder    the consumers issue their wgmma without turn order (no named barriers between them)
+  dual       128x128: two accumulators a consumer, the next K block issued before the current one
+             is waited for and promoted
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
@@ -18,10 +19,6 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
              they acquire) instead of 4-byte cp.async copies into the ring; the full barrier then
              has one arrival (the producer's expect-tx)
-  ws32       split-K's fp32 partials stored as two 4-byte stores instead of one 8-byte store: the
-             64-bit store ties total[2i], total[2i+1] to an aligned register pair, which puts a
-             quarter to a half of the promotion's FFMAs on three same-bank registers
-             (tools/sass_ffma_banks.py: 0 with this variant, as in DeepGEMM)
 """
 from __future__ import annotations
 
@@ -41,19 +38,51 @@ def replace_once(src: str, old: str, new: str, variant: str) -> str:
     return src.replace(old, new)
 
 
-ORDER_BEFORE = """        if constexpr (kConsumers == 2) {
-          if (c == 1) named_barrier_sync(kOrderBarrier, 256);
+LOOP_HEAD = "    if (kAcquireAhead && stream > 0) acquire(sc_next);\n"
+LOOP_TAIL = "    if (epilogue_due) epilogue();\n"
+# 128x128 with two accumulators a consumer: block g+1 is issued before block g is waited for
+# (wgmma.wait_group 1) and promoted. The loop is unrolled by two so each accumulator keeps its
+# registers (a loop-carried accumulator in flight makes ptxas serialize the wgmma).
+DUAL = """    if constexpr (BM == 128 && BN == 128) {
+      float acc1[BN / 2];
+      int kb_d = 0;
+      auto step = [&](float (&cur)[BN / 2], Scales& sc_cur, float (&nxt)[BN / 2], Scales& sc_nxt, bool more) {
+        if (more) {
+          acquire(sc_nxt);
+          issue(nxt, 0);
+          wgmma_wait<1>();
         } else {
-          named_barrier_sync(kOrderBarrier + c, 256);
+          wgmma_wait<0>();
         }
-        issue(acc, w);
-        if constexpr (kConsumers == 2) {
-          if (c == 0) named_barrier_sync(kOrderBarrier, 256);
-        } else if (c < kConsumers - 1 || g + 1 < stream || w + 1 < kWaves) {
-          named_barrier_arrive(kOrderBarrier + (c + 1) % kConsumers, 256);
+        fence_operands(cur);
+        release();
+        promote(0, cur, sc_cur);
+        if (++kb_d == kblocks) {
+          kb_d = 0;
+          epilogue();
+          if (more) {
+            unit += num_clusters;
+            begin_tile();
+          }
         }
+      };
+      if (stream > 0) {
+        acquire(sc);
+        issue(acc, 0);
+        int g = 0;
+        for (; g + 2 < stream; g += 2) {
+          step(acc, sc, acc1, sc_next, true);
+          step(acc1, sc_next, acc, sc, true);
+        }
+        if (g + 1 < stream) {
+          step(acc, sc, acc1, sc_next, true);
+          step(acc1, sc_next, acc, sc, false);
+        } else {
+          step(acc, sc, acc1, sc_next, false);
+        }
+      }
+    } else {
 """
-ORDER_FIRST = "    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);\n"
 STAGES = "  static constexpr int kStages = fit(1);\n"
 
 RANK0A = [
@@ -69,11 +98,6 @@ RANK0A = [
           }
 """),
     ("a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;", "a, p.M, p.K, lda, BK, BM)) return e;"),
-]
-
-WS32 = [
-    ("                  *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);\n",
-     "                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];\n"),
 ]
 
 GSB = [
@@ -116,11 +140,11 @@ GSB = [
 
 
 def structural(src: str, variant: str) -> str:
-    if variant == "noorder":
-        src = replace_once(src, ORDER_BEFORE, "        issue(acc, w);\n", variant)
-        return replace_once(src, ORDER_FIRST, "", variant)
-    if variant in ("rank0a", "gsb", "ws32"):
-        for old, new in {"rank0a": RANK0A, "gsb": GSB, "ws32": WS32}[variant]:
+    if variant == "dual":
+        src = replace_once(src, LOOP_HEAD, DUAL + LOOP_HEAD, variant)
+        return replace_once(src, LOOP_TAIL, LOOP_TAIL + "    }\n", variant)
+    if variant in ("rank0a", "gsb"):
+        for old, new in {"rank0a": RANK0A, "gsb": GSB}[variant]:
             src = replace_once(src, old, new, variant)
         return src
     if variant == "boxes":
@@ -145,7 +169,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, noorder, boxes, rank0a, gsb, ws32)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 

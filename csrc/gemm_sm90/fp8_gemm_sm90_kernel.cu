@@ -11,9 +11,8 @@
 // done as waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3,
 // fp32 accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's
 // scales (both read from the stage in shared memory), so nothing accumulates in the tensor cores'
-// reduced precision beyond one 128-K block. The consumers take turns on the tensor cores (named
-// barriers between their wgmma issues, the order cuBLAS's blockwise kernels use), so one promotes
-// while another's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's
+// reduced precision beyond one 128-K block. The consumers run unsynchronized with each other, so
+// one promotes while another's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's
 // epilogue runs after the next tile's first wave is issued. Epilogue: fp32 bias (loaded when the tile begins),
 // one bf16 rounding, the tile staged in shared memory as 64x64 TMA boxes (128-byte swizzle: no
 // bank conflicts) and stored by TMA, which clips rows past M, while the consumers go on. TMA
@@ -155,10 +154,6 @@ __device__ __forceinline__ void cluster_sync() {
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(const CUtensorMap* map, uint64_t* bar, void* dst, int c_inner, int c_row) {
@@ -454,7 +449,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // rewritten only after the TMA has read it. TMA clips rows past M and columns past N. Then
     // the next tile begins with a zero total.
     auto epilogue = [&] {
-      if (p.splits > 1) {  // fp32 partial straight from the registers (pairs of adjacent columns)
+      // fp32 partial straight from the registers, one 4-byte store a value: a 64-bit store of two
+      // would tie each pair of totals to an aligned register pair, and the allocator then leaves
+      // many promotion FFMAs reading three registers of one bank (tools/sass_ffma_banks.py).
+      if (p.splits > 1) {
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
@@ -465,7 +463,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
               for (int j = 0; j < NJ; ++j)
                 if (n0 + 8 * j < p.N)
-                  *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);
+                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
             }
           }
 #pragma unroll
@@ -511,19 +509,12 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // this CTA's units are cluster_id, cluster_id + num_clusters, ...
     const int my_units = cluster_id < num_units ? (num_units - 1 - cluster_id) / num_clusters + 1 : 0;
     if (my_units > 0) begin_tile();
-    // The consumers take turns on the tensor cores, as cuBLAS's blockwise kernels do: for every
-    // wave, consumer 0 issues its wgmma before consumer 1 issues its own (a 256-thread named
-    // barrier between the two issues). While one consumer waits for its wgmma and promotes them,
-    // the other's are running, so the promotion FFMAs of one overlap the tensor work of the
-    // other and the tensor cores always have a queued wave. (Without the ordering the two drift
-    // into step and promote at the same time.) One accumulator per consumer suffices for that.
+    // While one consumer waits for its wgmma and promotes them, the others' are running, so the
+    // promotion FFMAs of one overlap the tensor work of the others. The consumers are not made to
+    // take turns (named barriers between their issues, as cuBLAS's blockwise kernels do): with
+    // the promotion free of register-bank conflicts, the turns cost 1-5 % (docs/sm90-gemm.md).
     // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
     // next tile's first wave is issued, under its wgmma.
-    // Two consumers meet at one 256-thread barrier (consumer 0 after its issue, consumer 1 before
-    // its own). Three pass the turn around a ring: consumer c waits on barrier kOrderBarrier + c,
-    // issues, and arrives on its successor's; the last consumer hands consumer 0 its first turn
-    // and skips its final arrive, which would have no taker.
-    constexpr int kOrderBarrier = 1 + kConsumers;  // 1 .. kConsumers are the epilogue barriers
     const int stream = my_units * kblocks;
     float acc[BN / 2];
     // With one wave per consumer, the next K block's stage is acquired (its full barrier waited
@@ -534,7 +525,6 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     constexpr bool kAcquireAhead = kWaves == 1;
     Scales sc, sc_next;
     if (kAcquireAhead && stream > 0) acquire(sc_next);
-    if (kConsumers == 3 && c == kConsumers - 1 && stream > 0) named_barrier_arrive(kOrderBarrier, 256);
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
     for (int g = 0, kb = 0; g < stream; ++g) {
       if (kAcquireAhead)
@@ -543,17 +533,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         acquire(sc);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        if constexpr (kConsumers == 2) {
-          if (c == 1) named_barrier_sync(kOrderBarrier, 256);
-        } else {
-          named_barrier_sync(kOrderBarrier + c, 256);
-        }
         issue(acc, w);
-        if constexpr (kConsumers == 2) {
-          if (c == 0) named_barrier_sync(kOrderBarrier, 256);
-        } else if (c < kConsumers - 1 || g + 1 < stream || w + 1 < kWaves) {
-          named_barrier_arrive(kOrderBarrier + (c + 1) % kConsumers, 256);
-        }
         if (kAcquireAhead && g + 1 < stream) acquire(sc_next);
         if (w == 0 && epilogue_due) {
           epilogue();
