@@ -21,6 +21,15 @@ def _same(a, b):
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
+def _run_checked(ranks, streams, op, xs, **kwargs):
+    """run_local, then every rank's check(): a kernel that timed out raises All2AllTimeout here
+    instead of showing up later as wrong data."""
+    outs = lk.All2All.run_local(ranks, streams, op, xs, **kwargs)
+    for a in ranks:
+        a.check()
+    return outs
+
+
 def _local(world, seqlen, hidden, dtype, timeout=10.0):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ranks = lk.All2All.local_ranks(world, seqlen, hidden, max(world, sms // world), dtype, timeout)
@@ -38,12 +47,12 @@ def test_local_ranks_layouts_and_round_trips(world, dtype, b):
         a.set_rank_tokens(counts)
     xs = [(torch.randn(b, c, h, d, device="cuda") * 50).to(dtype) for c in counts]
     for it in range(3):  # back-to-back ops on the same instances
-        ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs, copy_out=True)
+        ys = _run_checked(ranks, streams, "send_recv_heads", xs, copy_out=True)
         want = ref.send_recv_heads(xs)
         assert all(_same(y, w) for y, w in zip(ys, want)), it
-        back = lk.All2All.run_local(ranks, streams, "gather_heads", ys)
+        back = _run_checked(ranks, streams, "gather_heads", ys)
         assert all(_same(o, x) for o, x in zip(back, xs)), it
-        ag = lk.All2All.run_local(ranks, streams, "allgather", xs)
+        ag = _run_checked(ranks, streams, "allgather", xs)
         assert all(_same(o, w) for o, w in zip(ag, ref.allgather(xs))), it
     for a in ranks:
         a.check()

@@ -1,0 +1,105 @@
+"""Summarize an Nsight Compute GEMM profile written by `tools/upstream/side_by_side.sh ncu`: per
+kernel the headline metrics (from ncu_gemm.txt) and, from the per-SASS-line samples
+(ncu_gemm_sass.csv.gz), where the warps of the hot loop wait.
+
+    python tools/ncu_gemm_summary.py OUT/ncu_gemm.txt OUT/ncu_gemm_sass.csv.gz
+
+The hot loop is every SASS line executed at least --hot times (default 100000: the per-K-block
+lines at LTX-2 sizes). Its samples are split by instruction: WARPGROUP.DEPBAR (a consumer waiting
+for its own wgmma: the tensor pipe is busy with it), FFMA / FMUL (the promotion), QGMMA (issue),
+the instruction after a BAR.SYNC (a named-barrier wait shows on it; a DEPBAR right after one counts
+as DEPBAR) and the rest. Samples of warps
+outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import gzip
+import io
+import re
+
+METRICS = [("duration_us", r"^    Duration\s+us\s+([\d.,]+)"),
+           ("sm_ghz", r"^    SM Frequency\s+Ghz\s+([\d.,]+)"),
+           ("tensor_active_%", r"SM: Pipe Tensor Cycles Active\s+%\s+([\d.,]+)"),
+           ("issue_busy_%", r"Issue Slots Busy\s+%\s+([\d.,]+)"),
+           ("instructions", r"^    Executed Instructions\s+inst\s+([\d.,]+)"),
+           ("registers", r"Registers Per Thread\s+register/thread\s+([\d.,]+)"),
+           ("l2_%", r"L2 Cache Throughput\s+%\s+([\d.,]+)"),
+           ("spill_requests", r"Local Memory Spilling Requests\s+([\d.,]+)")]
+
+
+def headline(txt_path: str) -> list[tuple[str, dict]]:
+    text = open(txt_path).read()
+    blocks = re.split(r"\n  (?=\S.*\(\d+, \d+, \d+\)x\()", text)[1:]
+    out = []
+    for b in blocks:
+        name = b.split("\n")[0].split(">(")[0].strip() + ">"
+        vals = {}
+        for key, pat in METRICS:
+            m = re.search(pat, b, re.M)
+            vals[key] = m.group(1) if m else "-"
+        out.append((name, vals))
+    return out
+
+
+def sass_kernels(csv_path: str) -> list[tuple[str, list[dict]]]:
+    rows = csv.reader(io.TextIOWrapper(gzip.open(csv_path), "utf-8"))
+    kernels, header = [], None
+    for r in rows:
+        if r and r[0] == "Kernel Name":
+            kernels.append((r[1], []))
+        elif r and r[0] == "Address":
+            header = r
+        elif kernels and header and len(r) == len(header):
+            kernels[-1][1].append(dict(zip(header, r)))
+    return kernels
+
+
+def split_hot_loop(lines: list[dict], hot: int) -> dict:
+    def executed(line):
+        return int(line["Instructions Executed"].replace(",", "") or 0)
+
+    def samples(line):
+        return int(line["Warp Stall Sampling (All Samples)"] or 0)
+
+    share = collections.Counter()
+    after_bar = False
+    for line in lines:
+        src = line["Source"].strip()
+        op = src.split()[1] if src.startswith("@") else src.split()[0]
+        if executed(line) >= hot:
+            if op.startswith("WARPGROUP.DEPBAR"):
+                kind = "DEPBAR (own wgmma)"
+            elif op in ("FFMA", "FMUL"):
+                kind = "promotion FFMA/FMUL"
+            elif op.startswith("QGMMA"):
+                kind = "QGMMA issue"
+            elif after_bar:
+                kind = "after BAR.SYNC"
+            else:
+                kind = "other"
+            share[kind] += samples(line)
+        after_bar = op.startswith("BAR.SYNC")
+    total = sum(share.values()) or 1
+    return {k: round(100.0 * v / total, 1) for k, v in share.most_common()} | {"hot_loop_samples": total}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("txt")
+    ap.add_argument("sass_csv_gz", nargs="?")
+    ap.add_argument("--hot", type=int, default=100000)
+    args = ap.parse_args()
+    heads = headline(args.txt)
+    sass = sass_kernels(args.sass_csv_gz) if args.sass_csv_gz else []
+    for i, (name, vals) in enumerate(heads):
+        print(name)
+        print("  " + "  ".join(f"{k}={v}" for k, v in vals.items()))
+        if i < len(sass):
+            print("  hot loop samples, %: " + "  ".join(f"{k}={v}" for k, v in split_hot_loop(sass[i][1], args.hot).items()))
+
+
+if __name__ == "__main__":
+    main()
