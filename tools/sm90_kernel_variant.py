@@ -12,6 +12,8 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
   dual       128x128: two accumulators a consumer, the next K block issued before the current one
              is waited for and promoted
+  ahead      two-wave tiles (256x128) also acquire the next K block's stage (full barrier, scales)
+             under the last wave's wgmma instead of when the block begins
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
@@ -38,6 +40,11 @@ def replace_once(src: str, old: str, new: str, variant: str) -> str:
     return src.replace(old, new)
 
 
+# Every config acquires the next K block's stage after its last wave is issued (under that wave's
+# wgmma), not only the one-wave tiles: 256x128 then starts a block without waiting on its barrier.
+AHEAD = [("    constexpr bool kAcquireAhead = kWaves == 1;\n", "    constexpr bool kAcquireAhead = true;\n"),
+         ("        if (kAcquireAhead && g + 1 < stream) acquire(sc_next);\n",
+          "        if (kAcquireAhead && w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n")]
 LOOP_HEAD = "    if (kAcquireAhead && stream > 0) acquire(sc_next);\n"
 LOOP_TAIL = "    if (epilogue_due) epilogue();\n"
 # 128x128 with two accumulators a consumer: block g+1 is issued before block g is waited for
@@ -143,8 +150,8 @@ def structural(src: str, variant: str) -> str:
     if variant == "dual":
         src = replace_once(src, LOOP_HEAD, DUAL + LOOP_HEAD, variant)
         return replace_once(src, LOOP_TAIL, LOOP_TAIL + "    }\n", variant)
-    if variant in ("rank0a", "gsb"):
-        for old, new in {"rank0a": RANK0A, "gsb": GSB}[variant]:
+    if variant in ("rank0a", "gsb", "ahead"):
+        for old, new in {"rank0a": RANK0A, "gsb": GSB, "ahead": AHEAD}[variant]:
             src = replace_once(src, old, new, variant)
         return src
     if variant == "boxes":
@@ -169,7 +176,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, boxes, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, ahead, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 
