@@ -4,8 +4,8 @@
 # tile config, with and without split-K) and the All2All kernels on small shapes.
 #   bash tools/sanitize.sh [OUTDIR] [phases]     phases: any of memcheck,racecheck-gemm,racecheck-a2a
 #                                                 (default: all three)
-# Builds the extensions first when they are missing. Time limits (seconds): MEMCHECK_TIMEOUT per
-# test file (120), RACECHECK_TIMEOUT (150 each). MEMCHECK_FILES: the test files memcheck runs
+# Runs `python -m ltx_kernels build` first. Time limits (seconds): MEMCHECK_TIMEOUT per test file
+# (120), RACECHECK_TIMEOUT (150 each). MEMCHECK_FILES: the test files memcheck runs
 # (names without .py; default: every file with CUDA work); MEMCHECK_K: pytest -k expression of
 # the memcheck runs (default leaves out the M = 3000 / 20000 SM90 shapes); MEMCHECK_ARGS: more
 # pytest arguments. Writes OUTDIR/sanitize_*.log and OUTDIR/sanitize_summary.txt; exits 1 when a tool
@@ -23,11 +23,11 @@ status=0
 t0=$(date +%s)
 stamp() { echo "== $1 ($(( $(date +%s) - t0 ))s)"; }
 
-if ! ls ltx_kernels/_C_gemm_sm90*.so ltx_kernels/_C_all2all*.so > /dev/null 2>&1; then
-  stamp "build"
-  TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} python3 setup.py build_ext --inplace > "$OUTDIR/sanitize_build.log" 2>&1 \
-    || { echo "build failed: $OUTDIR/sanitize_build.log"; tail -5 "$OUTDIR/sanitize_build.log"; }
-fi
+# The extensions as the package loads them: `python -m ltx_kernels build` compiles whatever the
+# extension cache lacks (seconds when it has both; modules built in place take precedence anyway).
+stamp "build"
+python3 -m ltx_kernels build > "$OUTDIR/sanitize_build.log" 2>&1 \
+  || { echo "build failed: $OUTDIR/sanitize_build.log"; tail -5 "$OUTDIR/sanitize_build.log"; }
 
 # report NAME LOG RC: one summary line from the sanitizer's own summary lines and the run's exit code
 report() {
