@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // While one consumer waits for its wgmma and promotes them, the others' are running, so the
     // promotion FFMAs of one overlap the tensor work of the others. The consumers are not made to
     // take turns (named barriers between their issues, as cuBLAS's blockwise kernels do): with
-    // the promotion free of register-bank conflicts, the turns cost 1-5 % (docs/sm90-gemm.md).
+    // the promotion free of register-bank conflicts, the turns cost up to 5 % (docs/sm90-gemm.md).
     // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
     // next tile's first wave is issued, under its wgmma.
     const int stream = my_units * kblocks;
