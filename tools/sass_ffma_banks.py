@@ -65,17 +65,20 @@ def count(sass: str) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in result.items() if v[0]}
 
 
+def read_sass(binary: str, cuobjdump: str | None = None) -> str:
+    """cuobjdump -sass of an executable, .so or .cubin, or the text of a saved dump (.sass)."""
+    if binary.endswith(".sass"):
+        return open(binary).read()
+    tool = cuobjdump or shutil.which("cuobjdump") or "cuobjdump"
+    return subprocess.run([tool, "-sass", binary], capture_output=True, text=True, check=True).stdout
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("binary", help="an executable, .so or .cubin, or a file of cuobjdump -sass output (.sass)")
-    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
+    ap.add_argument("--cuobjdump")
     args = ap.parse_args()
-    if args.binary.endswith(".sass"):
-        sass = open(args.binary).read()
-    else:
-        sass = subprocess.run([args.cuobjdump, "-sass", args.binary], capture_output=True, text=True,
-                              check=True).stdout
-    for name, (ffma, conflicts) in count(sass).items():
+    for name, (ffma, conflicts) in count(read_sass(args.binary, args.cuobjdump)).items():
         print(f"{conflicts:5d} of {ffma:5d} FFMAs read three same-bank registers  {name}")
     return 0
 

@@ -5,32 +5,36 @@ store, named barrier) - the path of a K block that ends no tile; a backward cond
 taken when it is a loop's back edge and not taken when it retries a barrier wait; unconditional
 branches are taken. Prints the instruction count and its mix (FFMA, QGMMA, other) per wave.
 
-    python tools/sass_hot_path.py LIB_OR_BINARY 192x128x1 [--waves 4]
+    python tools/sass_hot_path.py LIB_OR_BINARY_OR_SASS 192x128x1 [--waves 4] [--cuobjdump PATH]
 
-(cuobjdump from the CUDA toolkit must be on the PATH.)
+(The listing comes from tools/sass_ffma_banks.read_sass: cuobjdump, or a saved .sass dump.)
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import re
-import subprocess
+
+from sass_ffma_banks import _FUNC, read_sass
+
+_ADDR_INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
 EPILOGUE = ("UTMASTG", "STG.E", "BAR.SYNC")
 WAIT_RETRY = ("YIELD", "TRYWAIT", "NANOSLEEP")
 
 
-def functions(binary: str) -> dict[str, list[tuple[int, str]]]:
-    sass = subprocess.run(["cuobjdump", "-sass", binary], capture_output=True, text=True, check=True).stdout
-    out = {}
-    for f in re.split(r"\n\s+Function : ", sass)[1:]:
-        name = f.split("\n")[0].strip()
-        code = []
-        for line in f.split("\n"):
-            m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-            if m:
-                code.append((int(m.group(1), 16), m.group(2).strip()))
-        out[name] = code
+def functions(sass: str) -> dict[str, list[tuple[int, str]]]:
+    """kernel name -> [(address, instruction)] of a cuobjdump -sass listing."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    code = None
+    for line in sass.splitlines():
+        f = _FUNC.search(line)
+        if f:
+            code = out.setdefault(f.group(1), [])
+            continue
+        m = _ADDR_INSN.search(line)
+        if m and code is not None:
+            code.append((int(m.group(1), 16), m.group(2).strip()))
     return out
 
 
@@ -65,10 +69,11 @@ def main() -> None:
     ap.add_argument("binary")
     ap.add_argument("config", help="BMxBNxCLUSTER, e.g. 192x128x1")
     ap.add_argument("--waves", type=int, default=4, help="how many wave starts to walk from")
+    ap.add_argument("--cuobjdump")
     args = ap.parse_args()
     bm, bn, cl = args.config.split("x")
     tag = f"fp8_gemm_kernelILi{bm}ELi{bn}ELi{cl}E"
-    for name, code in functions(args.binary).items():
+    for name, code in functions(read_sass(args.binary, args.cuobjdump)).items():
         if tag not in name:
             continue
         starts = [i for i, (_, op) in enumerate(code) if "QGMMA" in op and "!UPT" in op]
