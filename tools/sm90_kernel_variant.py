@@ -160,18 +160,23 @@ GSB = [
 ]
 
 
+# variant -> the (old, new) line replacements it makes, each old text found exactly once
+REPLACEMENTS = {
+    "dual": [(LOOP_HEAD, DUAL + LOOP_HEAD), (LOOP_TAIL, LOOP_TAIL + "    }\n")],
+    "ahead": AHEAD,
+    "unroll": UNROLL,
+    "rank0a": RANK0A,
+    "gsb": GSB,
+    "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
+}
+
+
 def structural(src: str, variant: str) -> str:
-    if variant == "dual":
-        src = replace_once(src, LOOP_HEAD, DUAL + LOOP_HEAD, variant)
-        return replace_once(src, LOOP_TAIL, LOOP_TAIL + "    }\n", variant)
-    if variant in ("rank0a", "gsb", "ahead", "unroll"):
-        for old, new in {"rank0a": RANK0A, "gsb": GSB, "ahead": AHEAD, "unroll": UNROLL}[variant]:
-            src = replace_once(src, old, new, variant)
-        return src
-    if variant == "boxes":
-        return replace_once(src, STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n",
-                            variant)
-    return rewrite(src, variant)
+    if variant not in REPLACEMENTS:
+        return rewrite(src, variant)
+    for old, new in REPLACEMENTS[variant]:
+        src = replace_once(src, old, new, variant)
+    return src
 
 
 def rewrite(src: str, variant: str) -> str:
