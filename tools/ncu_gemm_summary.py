@@ -8,7 +8,8 @@ The hot loop is every SASS line executed at least --hot times (default 100000: t
 lines at LTX-2 sizes). Its samples are split by instruction: WARPGROUP.DEPBAR (a consumer waiting
 for its own wgmma: the tensor pipe is busy with it), FFMA / FMUL (the promotion), QGMMA (issue),
 the instruction after a BAR.SYNC (a named-barrier wait shows on it; a DEPBAR right after one counts
-as DEPBAR) and the rest. Samples of warps
+as DEPBAR) and the rest; and the hot loop's executed instructions per wave (per warp: executed
+instructions over executed first wgmmas of a wave). Samples of warps
 outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out.
 """
 from __future__ import annotations
@@ -66,10 +67,14 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
 
     share = collections.Counter()
     after_bar = False
+    hot_executed = wave_starts = 0
     for line in lines:
         src = line["Source"].strip()
         op = src.split()[1] if src.startswith("@") else src.split()[0]
         if executed(line) >= hot:
+            hot_executed += executed(line)
+            if op.startswith("QGMMA") and "!UPT" in src:  # a wave's first wgmma (fresh accumulator)
+                wave_starts += executed(line)
             if op.startswith("WARPGROUP.DEPBAR"):
                 kind = "DEPBAR (own wgmma)"
             elif op in ("FFMA", "FMUL"):
@@ -83,7 +88,9 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
             share[kind] += samples(line)
         after_bar = op.startswith("BAR.SYNC")
     total = sum(share.values()) or 1
-    return {k: round(100.0 * v / total, 1) for k, v in share.most_common()} | {"hot_loop_samples": total}
+    per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
+    return ({k: round(100.0 * v / total, 1) for k, v in share.most_common()}
+            | {"hot_loop_samples": total, "instructions_per_wave": per_wave})
 
 
 def main() -> None:
