@@ -68,18 +68,17 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 
 
 # The SM90 kernel's instantiations, (block_m, block_n, cluster), with the relative rate of one SM on
-# a tile of each (output elements per unit time), measured on the H200 with the standalone harness
-# at 16384x4096x4096 and 16384x16384x4096, burst and sustained, configs alternated in one run:
-# 192x128 (three consumers of one wave) 1.02-1.07x 256x128 (two consumers of two 64-row waves),
-# 128x128 0.92-0.95x; against 192x128, the 2-CTA clusters (A multicast) 256x128 0.92-0.96x and
-# 128x128 0.84-0.88x, 128x192 0.79-0.86x. To measure them again on a GPU:
-#   bash tools/sm90_build_standalone.sh DIR new= && SUSTAIN_MS=600 SHAPES="16384x4096x4096 16384x16384x4096" \
-#     bash tools/sm90_variants.sh DIR new "192,128,1 256,128,1 128,128,1 256,128,2 128,128,2 128,192,1"
-# (docs/sm90-gemm.md, "Tile configs", has the data and the runs it comes from).
+# a tile of each (output elements per unit time), measured on the H200, configs alternated in one
+# run. 256x128 (two consumers of two 64-row waves, its K loop unrolled by the ring depth) against
+# 192x128 (three consumers of one wave) at the six LTX-2 shapes, sustained, wave counts divided
+# out: 0.997-1.031x (mean 1.013); 256x128 in 2-CTA clusters 0.97x of one CTA. The rest from the
+# standalone harness at 16384x4096x4096 and 16384x16384x4096 (before the unrolled ring, when
+# 256x128 ran at 1.00): 128x128 0.92-0.95, and against 192x128, 128x128x2 0.84-0.88x and 128x192
+# 0.79-0.86x. The runs and how to repeat them: docs/sm90-gemm.md, "Tile configs".
 SM90_TILES = {
-    (256, 128, 1): 1.00,
+    (256, 128, 1): 1.05,
     (192, 128, 1): 1.04,
-    (256, 128, 2): 0.98,
+    (256, 128, 2): 1.01,
     (128, 128, 1): 0.93,
     (128, 128, 2): 0.89,
     (128, 192, 1): 0.875,
@@ -110,21 +109,40 @@ def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
     return min(SM90_TILES, key=cost)
 
 
+# Split-K's cost model, fitted on the H200 to the extension's 128x128 tile at 256x4096x4096 and
+# 256x2176x7168 with 1, 2 and 4 slices (CUDA-graph replays, `tools/probe_sm90.py --graph --splits
+# 1,2,4`; bench/results/2026-12-04-h200-sm90-unroll-ahead): one SM streams a 128x128x128 block in
+# about 0.45 us; cutting K adds a fixed 3.8 us (the reduction kernel and the partials' tail) and
+# the fp32 partials' traffic (written, then read: 8 * splits * M * N bytes) at about 2.1 TB/s.
+_SPLIT_BLOCK_US = 0.45
+_SPLIT_FIXED_US = 3.8
+_SPLIT_BYTES_PER_US = 2.1e6
+
+
 def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
-    """How many K slices each output tile is cut into: 1, unless the tiles alone would leave half
-    the SMs or more idle (small M); then the largest power of two that still fits every slice in
-    one wave, each slice keeping >= 4 of the K blocks. Each CTA then streams fewer K blocks into an
-    fp32 partial, and a second kernel sums the slices in order, adds the bias and rounds to bf16
-    (extra traffic: the partials, 4 * splits * M * N bytes written and read, small at small M)."""
+    """How many K slices each output tile is cut into (small M, where the tiles alone leave SMs
+    idle): the power of two with the least estimated time, every slice in one wave and >= 4 of the
+    K blocks. Each CTA then streams fewer K blocks into an fp32 partial, and a second kernel sums
+    the slices in order, adds the bias and rounds to bf16; that pass and the partials' traffic are
+    what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one slice is
+    faster than two."""
     if len(_override) > 3:
         return _override[3]
-    cl = cfg[2]
+    bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128
-    s = 1
-    while units * s * 2 <= num_sms // cl and kb % (2 * s) == 0 and kb // (2 * s) >= 4:
+    block_us = _SPLIT_BLOCK_US * bm * bn / (128 * 128) * SM90_TILES[(128, 128, 1)] / SM90_TILES[cfg]
+
+    def cost(s):
+        extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US if s > 1 else 0.0
+        return kb / s * block_us + extra
+
+    best, s = 1, 2
+    while units * s <= num_sms // cl and kb % s == 0 and kb // s >= 4:
+        if cost(s) < cost(best):
+            best = s
         s *= 2
-    return s
+    return best
 
 
 @functools.lru_cache(maxsize=None)

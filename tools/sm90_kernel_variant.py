@@ -12,10 +12,6 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
   dual       128x128: two accumulators a consumer, the next K block issued before the current one
              is waited for and promoted
-  ahead      two-wave tiles (256x128) also acquire the next K block's stage (full barrier, scales)
-             under the last wave's wgmma instead of when the block begins
-  unroll     the consumers' K-block loop unrolled by the ring depth, stage indices compile-time
-             constants (descriptor and barrier addresses folded)
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
@@ -42,24 +38,7 @@ def replace_once(src: str, old: str, new: str, variant: str) -> str:
     return src.replace(old, new)
 
 
-# Every config acquires the next K block's stage after its last wave is issued (under that wave's
-# wgmma), not only the one-wave tiles: 256x128 then starts a block without waiting on its barrier.
-AHEAD = [("    constexpr bool kAcquireAhead = kWaves == 1;\n", "    constexpr bool kAcquireAhead = true;\n"),
-         ("        if (kAcquireAhead && g + 1 < stream) acquire(sc_next);\n",
-          "        if (kAcquireAhead && w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n")]
-# The consumers' K-block loop unrolled by the ring depth: block g always uses stage g % kStages
-# (the stream starts at stage 0 and takes one stage a block), so each unrolled copy sets stage and
-# release_stage to its constant and the compiler folds the descriptor and barrier addresses.
-UNROLL = [("    for (int g = 0, kb = 0; g < stream; ++g) {\n",
-           "    int kb = 0;\n"
-           "    for (int g0 = 0; g0 < stream; g0 += kStages)\n"
-           "#pragma unroll\n"
-           "    for (int s_ = 0; s_ < kStages; ++s_) {\n"
-           "      const int g = g0 + s_;\n"
-           "      if (g >= stream) break;\n"
-           "      stage = s_;\n"
-           "      release_stage = s_;\n")]
-LOOP_HEAD = "    if (kAcquireAhead && stream > 0) acquire(sc_next);\n"
+LOOP_HEAD = "    if (stream > 0) acquire(sc_next);\n"
 LOOP_TAIL = "    if (epilogue_due) epilogue();\n"
 # 128x128 with two accumulators a consumer: block g+1 is issued before block g is waited for
 # (wgmma.wait_group 1) and promoted. The loop is unrolled by two so each accumulator keeps its
@@ -163,8 +142,6 @@ GSB = [
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "dual": [(LOOP_HEAD, DUAL + LOOP_HEAD), (LOOP_TAIL, LOOP_TAIL + "    }\n")],
-    "ahead": AHEAD,
-    "unroll": UNROLL,
     "rank0a": RANK0A,
     "gsb": GSB,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
@@ -195,7 +172,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, ahead, unroll, boxes, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 

@@ -517,24 +517,19 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // next tile's first wave is issued, under its wgmma.
     const int stream = my_units * kblocks;
     float acc[BN / 2];
-    // With one wave per consumer, the next K block's stage is acquired (its full barrier waited
-    // for, its scales read) right after this block's wave is issued, under its wgmma, instead of
-    // between a promotion and the next issue: 128x128 measured 1-12 % faster per clock. With two
-    // waves (256x128) the same measured 1.5-3.5 % slower, so there the stage is acquired when the
-    // block begins (figures and how to rerun the comparison: docs/sm90-gemm.md, "Stage acquisition").
-    constexpr bool kAcquireAhead = kWaves == 1;
+    // The next K block's stage is acquired (its full barrier waited for, its scales read) right
+    // after this block's last wave is issued, under its wgmma, instead of between a promotion and
+    // the next issue.
     Scales sc, sc_next;
-    if (kAcquireAhead && stream > 0) acquire(sc_next);
+    if (stream > 0) acquire(sc_next);
     bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
-    for (int g = 0, kb = 0; g < stream; ++g) {
-      if (kAcquireAhead)
-        sc = sc_next;
-      else
-        acquire(sc);
+    int kb = 0;                 // K block of the current tile
+    auto step = [&](int g) {    // block g of the stream
+      sc = sc_next;
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
         issue(acc, w);
-        if (kAcquireAhead && g + 1 < stream) acquire(sc_next);
+        if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);
         if (w == 0 && epilogue_due) {
           epilogue();
           epilogue_due = false;
@@ -550,6 +545,23 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         kb = 0;
         epilogue_due = true;
       }
+    };
+    if constexpr (kWaves == 2) {
+      // Two-wave tiles: the loop unrolled by the ring depth. Block g always uses stage
+      // g % kStages (the stream starts at stage 0 and takes one stage a block), so in each copy
+      // the stage is a constant and the descriptor and barrier addresses fold: 256x128 measured
+      // 4-7 % faster sustained than with run-time stage indices, one-wave tiles 0-5 % slower
+      // (docs/sm90-gemm.md, "Unrolled ring").
+      for (int g0 = 0; g0 < stream; g0 += kStages) {
+#pragma unroll
+        for (int i = 0; i < kStages; ++i) {
+          if (g0 + i >= stream) break;
+          stage = release_stage = i;
+          step(g0 + i);
+        }
+      }
+    } else {
+      for (int g = 0; g < stream; ++g) step(g);
     }
     if (epilogue_due) epilogue();
     if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
