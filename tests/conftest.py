@@ -1,7 +1,12 @@
 import os
 
-import pytest
-import torch
+# The All2All tests host W <= 8 ranks in one process, one stream each, and the ranks' kernels wait
+# for each other: every stream needs its own hardware queue. CUDA has 8 unless this is set before
+# the context is created (W = 8 timed out under compute-sanitizer with 8).
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # The kernels run under Triton's interpreter on machines without a GPU. Set before any kernel
 # module is imported (they are imported lazily by the wrappers).

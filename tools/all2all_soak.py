@@ -25,7 +25,10 @@ import sys
 import tempfile
 import time
 
-import torch
+# all W ranks' streams need their own hardware queues (ltx_kernels.all2all: local_ranks); before CUDA starts
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+
+import torch  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -4,6 +4,7 @@ word the kernel writes when a peer does not arrive, and the launch. Protocol: do
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -13,6 +14,18 @@ from . import _ops
 from ._common import MAX_WORLD, All2AllTimeout, dist
 
 _PHASES = {1: "entry handshake: it never became ready to receive", 2: "its data never arrived"}
+
+
+def _local_hint(a2a) -> str:
+    """What to check when one process hosts every rank (All2All.local_ranks): the ranks' kernels
+    wait for each other, so their streams must reach the GPU through distinct hardware queues.
+    There are CUDA_DEVICE_MAX_CONNECTIONS of them (8 unless set before CUDA starts); W = 8 ranks
+    on 8 queues timed out under compute-sanitizer and ran with 32."""
+    if not getattr(a2a, "_local", False):
+        return ""
+    have = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (the default)")
+    return (f" All ranks share this process: each rank's stream needs its own hardware queue; "
+            f"CUDA_DEVICE_MAX_CONNECTIONS is {have}, set it to 32 before CUDA starts.")
 
 
 class CudaIpcBackend:
@@ -56,6 +69,7 @@ class CudaIpcBackend:
         if self.num_sms < self.world_size:
             raise ValueError(f"num_sms must be >= world_size ({self.world_size}), got {self.num_sms}")
         self._setup_cuda_common()
+        self._local = True
         shared["bases"][self.rank] = self._base
         self._bases = shared["bases"]  # filled in by the other ranks' constructors
 
@@ -82,7 +96,7 @@ class CudaIpcBackend:
             self.broken = All2AllTimeout(
                 f"All2All rank {self.rank}: peer rank {peer} did not arrive within {self.timeout_seconds:g}s "
                 f"({_PHASES.get(phase, phase)}; op #{epoch} of this instance). The kernel exited, the CUDA "
-                f"context is fine; destroy this instance and build a new one.", int(peer))
+                f"context is fine; destroy this instance and build a new one." + _local_hint(self), int(peer))
             raise self.broken
 
     def _run_cuda(self, op, x, copy_out):
