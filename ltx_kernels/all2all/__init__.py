@@ -106,7 +106,9 @@ class All2All(CudaIpcBackend, TorchBackend):
                     device=None):
         """All ``world_size`` ranks in this process on one GPU (the "cuda" backend, peer pointers
         handed over directly). Run rank r's ops on its own stream; all ranks' kernels must be
-        resident together, so keep ``num_sms * world_size`` within what the GPU holds at once."""
+        resident together, so keep ``num_sms * world_size`` within what the GPU holds at once, and
+        each stream needs its own hardware queue: set ``CUDA_DEVICE_MAX_CONNECTIONS=32`` before CUDA
+        starts (the default is 8) when world_size is 8."""
         shared: dict = {"bases": [None] * world_size}
         return [cls(r, world_size, seqlen, hidden_dim, num_sms, tensor_dtype, None, timeout_seconds,
                     device=device, _local_peers=shared) for r in range(world_size)]
