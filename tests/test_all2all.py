@@ -138,3 +138,19 @@ def test_single_rank_without_distributed():
         lk.All2All.local_ranks(9, 10, 32, 9, torch.bfloat16, device="cpu")
     with pytest.raises(ValueError, match="num_sms must be >= world_size"):
         lk.All2All.local_ranks(4, 10, 32, 2, torch.bfloat16, device="cpu")
+
+
+def test_local_rank_timeout_names_the_hardware_queues(monkeypatch):
+    """A rank of local_ranks() that times out says what usually causes it in one process (two
+    ranks' streams on one hardware queue) and how to set the queue count; a rank of a
+    multi-process group does not."""
+    from ltx_kernels.all2all._buffers import _local_hint
+
+    class Rank:
+        _local = True
+
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS is 8, set it to 32" in _local_hint(Rank())
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS")
+    assert "8 (the default)" in _local_hint(Rank())
+    assert _local_hint(object()) == ""
