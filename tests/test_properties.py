@@ -604,14 +604,19 @@ def test_all2all_cuda_local_ranks(world, data):
         for a in ranks:
             a.set_rank_tokens(counts)
         xs = [x.cuda() for x in _a2a_inputs(counts, b, hpr * world, d, dtype, seed)]
-        ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs, copy_out=True)
+
+        def run(op, inputs):  # every rank's check() first: a timed-out kernel raises All2AllTimeout
+            outs = lk.All2All.run_local(ranks, streams, op, inputs, copy_out=True)
+            for a in ranks:
+                a.check()
+            return outs
+
+        ys = run("send_recv_heads", xs)
         assert all(same_bits(y, w) for y, w in zip(ys, O.send_recv_heads(xs)))
-        back = lk.All2All.run_local(ranks, streams, "gather_heads", ys, copy_out=True)
+        back = run("gather_heads", ys)
         assert all(same_bits(o, x) for o, x in zip(back, xs))
-        ag = lk.All2All.run_local(ranks, streams, "allgather", xs, copy_out=True)
+        ag = run("allgather", xs)
         assert all(same_bits(o, w) for o, w in zip(ag, O.allgather(xs)))
-        for a in ranks:
-            a.check()
     finally:
         torch.cuda.synchronize()
         for a in ranks:
