@@ -14,7 +14,7 @@ KERNEL = "fp8_gemm_sm90_kernel.cu"
 
 
 @pytest.mark.parametrize("variant", ["nopromote", "fadd", "muladd", "dual", "tiles", "boxes", "rank0a",
-                                     "gsb", "dual+gsb", "tiles+gsb"])
+                                     "gsb", "dual+gsb", "tiles+gsb", "tiles+tilesall"])
 def test_variant_applies_to_the_current_kernel(variant, tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), variant, str(SRC), str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

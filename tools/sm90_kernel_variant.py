@@ -14,6 +14,7 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
              is waited for and promoted
   tiles      two-wave tiles run tile by tile (revolutions of unrolled blocks): no K-block counter,
              no end-of-stream test per block; needs K / 128 a multiple of the ring depth
+  tilesall   (with tiles: "tiles+tilesall") the one-wave configs tile by tile too
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
@@ -179,6 +180,8 @@ GSB = [
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "tiles": TILES,
+    # (after tiles) every config tile by tile, the one-wave ones too
+    "tilesall": [("    if constexpr (kWaves == 2) {\n      const int revs", "    if constexpr (true) {\n      const int revs")],
     "dual": [(LOOP_HEAD, DUAL + LOOP_HEAD), (LOOP_TAIL, LOOP_TAIL + "    }\n")],
     "rank0a": RANK0A,
     "gsb": GSB,
@@ -210,7 +213,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, tiles, boxes, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, tiles, tilesall, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 
