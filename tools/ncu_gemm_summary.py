@@ -55,7 +55,9 @@ def sass_kernels(csv_path: str) -> list[tuple[str, list[dict]]]:
             header = r
         elif kernels and header and len(r) == len(header):
             kernels[-1][1].append(dict(zip(header, r)))
-    return kernels
+    # The source page can list one profiled kernel twice in a row (seen for the extension's
+    # kernels): keep one, so the entries pair in order with the report's kernels.
+    return [k for i, k in enumerate(kernels) if i == 0 or k != kernels[i - 1]]
 
 
 def split_hot_loop(lines: list[dict], hot: int) -> dict:
