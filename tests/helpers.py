@@ -70,3 +70,12 @@ def gemm_reference(qa, sa, qb, sb, bias):
     a = qa.float() * ref.expand_scales(sa, m, k)
     b = qb.float() * ref.expand_scales(sb, qb.shape[0], k)
     return a @ b.t() + (bias if bias is not None else 0)
+
+
+def run_local_checked(ranks, streams, op, xs, **kwargs):
+    """All2All.run_local, then every rank's check(): a kernel that timed out raises All2AllTimeout
+    here instead of showing up later as wrong data."""
+    outs = lk.All2All.run_local(ranks, streams, op, xs, **kwargs)
+    for a in ranks:
+        a.check()
+    return outs

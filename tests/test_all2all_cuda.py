@@ -10,6 +10,8 @@ import ltx_kernels as lk
 from ltx_kernels import _ext
 from ltx_kernels import reference as ref
 
+from helpers import run_local_checked
+
 FP8 = torch.float8_e4m3fn
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or _ext.load("_C_all2all")[0] is None,
@@ -19,15 +21,6 @@ UNEVEN = {2: [700, 324], 4: [256, 1, 300, 211], 8: [64, 0, 33, 128, 100, 5, 64, 
 
 def _same(a, b):
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-
-
-def _run_checked(ranks, streams, op, xs, **kwargs):
-    """run_local, then every rank's check(): a kernel that timed out raises All2AllTimeout here
-    instead of showing up later as wrong data."""
-    outs = lk.All2All.run_local(ranks, streams, op, xs, **kwargs)
-    for a in ranks:
-        a.check()
-    return outs
 
 
 def _local(world, seqlen, hidden, dtype, timeout=10.0):
@@ -47,12 +40,12 @@ def test_local_ranks_layouts_and_round_trips(world, dtype, b):
         a.set_rank_tokens(counts)
     xs = [(torch.randn(b, c, h, d, device="cuda") * 50).to(dtype) for c in counts]
     for it in range(3):  # back-to-back ops on the same instances
-        ys = _run_checked(ranks, streams, "send_recv_heads", xs, copy_out=True)
+        ys = run_local_checked(ranks, streams, "send_recv_heads", xs, copy_out=True)
         want = ref.send_recv_heads(xs)
         assert all(_same(y, w) for y, w in zip(ys, want)), it
-        back = _run_checked(ranks, streams, "gather_heads", ys)
+        back = run_local_checked(ranks, streams, "gather_heads", ys)
         assert all(_same(o, x) for o, x in zip(back, xs)), it
-        ag = _run_checked(ranks, streams, "allgather", xs)
+        ag = run_local_checked(ranks, streams, "allgather", xs)
         assert all(_same(o, w) for o, w in zip(ag, ref.allgather(xs))), it
     for a in ranks:
         a.check()

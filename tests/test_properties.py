@@ -28,6 +28,7 @@ from ltx_kernels import _ext  # noqa: E402
 
 import oracle as O  # noqa: E402
 from conftest import DEVICE  # noqa: E402
+from helpers import run_local_checked  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -604,18 +605,11 @@ def test_all2all_cuda_local_ranks(world, data):
         for a in ranks:
             a.set_rank_tokens(counts)
         xs = [x.cuda() for x in _a2a_inputs(counts, b, hpr * world, d, dtype, seed)]
-
-        def run(op, inputs):  # every rank's check() first: a timed-out kernel raises All2AllTimeout
-            outs = lk.All2All.run_local(ranks, streams, op, inputs, copy_out=True)
-            for a in ranks:
-                a.check()
-            return outs
-
-        ys = run("send_recv_heads", xs)
+        ys = run_local_checked(ranks, streams, "send_recv_heads", xs, copy_out=True)
         assert all(same_bits(y, w) for y, w in zip(ys, O.send_recv_heads(xs)))
-        back = run("gather_heads", ys)
+        back = run_local_checked(ranks, streams, "gather_heads", ys, copy_out=True)
         assert all(same_bits(o, x) for o, x in zip(back, xs))
-        ag = run("allgather", xs)
+        ag = run_local_checked(ranks, streams, "allgather", xs, copy_out=True)
         assert all(same_bits(o, w) for o, w in zip(ag, O.allgather(xs)))
     finally:
         torch.cuda.synchronize()
