@@ -168,7 +168,7 @@ def _bench_gemm(rec, backend, m, n, k, graph_anchors=False):
 
     if backend_run == "cuda":
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        cfg = lk.gemm.sm90_tile_config(m, n, sms)
+        cfg = lk.gemm.sm90_tile_config(m, n, sms, k)
         rec.info["tile"] = "x".join(map(str, cfg))
         rec.info["splits"] = lk.gemm.sm90_split_k(m, n, k, cfg, sms)
     d = gemm()

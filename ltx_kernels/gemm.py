@@ -68,13 +68,14 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 
 
 # The SM90 kernel's instantiations, (block_m, block_n, cluster), with the relative rate of one SM on
-# a tile of each (output elements per unit time), measured on the H200, configs alternated in one
-# run. 256x128 (two consumers of two 64-row waves, its K loop unrolled by the ring depth) against
-# 192x128 (three consumers of one wave) at the six LTX-2 shapes, sustained, wave counts divided
-# out: 0.997-1.031x (mean 1.013); 256x128 in 2-CTA clusters 0.97x of one CTA. The rest from the
-# standalone harness at 16384x4096x4096 and 16384x16384x4096 (before the unrolled ring, when
-# 256x128 ran at 1.00): 128x128 0.92-0.95, and against 192x128, 128x128x2 0.84-0.88x and 128x192
-# 0.79-0.86x. The runs and how to repeat them: docs/sm90-gemm.md, "Tile configs".
+# a tile of each (output elements per unit time) in its any-K stream loop, measured on the H200,
+# configs alternated in one run. 256x128 (two consumers of two 64-row waves, its K loop unrolled by
+# the ring depth) against 192x128 (three consumers of one wave) at the six LTX-2 shapes, sustained,
+# wave counts divided out: 0.997-1.031x (mean 1.013); 256x128 in 2-CTA clusters 0.97x of one CTA.
+# The rest from the standalone harness at 16384x4096x4096 and 16384x16384x4096 (before the
+# unrolled ring, when 256x128 ran at 1.00, and before 128x128's two accumulators): 128x128
+# 0.92-0.95, and against 192x128, 128x128x2 0.84-0.88x and 128x192 0.79-0.86x. The runs and how to
+# repeat them: docs/sm90-gemm.md, "Tile configs".
 SM90_TILES = {
     (256, 128, 1): 1.05,
     (192, 128, 1): 1.04,
@@ -83,6 +84,27 @@ SM90_TILES = {
     (128, 128, 2): 0.89,
     (128, 192, 1): 0.875,
 }
+# The same rates for the whole-ring loop, which the kernel runs where a tile's K blocks are a
+# multiple of the ring depth (SM90_RING_DEPTH stages for these configs, which hold every LTX-2 K):
+# at the eight shapes of bench/results/2026-12-04-h200-sm90-whole-ring, sustained, against the
+# stream loop's 1.04 for 192x128, 192x128 1.045-1.088 (mean 1.072), 256x128 1.029-1.063 (1.048),
+# 256x128 in clusters 0.958-1.042 (1.012).
+SM90_WHOLE_RING = {
+    (256, 128, 1): 1.05,
+    (192, 128, 1): 1.07,
+    (256, 128, 2): 1.01,
+}
+SM90_RING_DEPTH = 4
+
+
+def sm90_tile_rate(cfg: tuple, k_blocks: Optional[int] = None) -> float:
+    """The relative rate of a tile config whose work units stream k_blocks K blocks each (None:
+    unknown, the any-K loop's rate)."""
+    if cfg in SM90_WHOLE_RING and k_blocks and k_blocks % SM90_RING_DEPTH == 0:
+        return SM90_WHOLE_RING[cfg]
+    return SM90_TILES[cfg]
+
+
 # LTX_KERNELS_SM90_TILE="256,128,2", or "128,128,1,4" with K splits: force one config (benchmarks)
 _override = tuple(int(v) for v in os.environ.get("LTX_KERNELS_SM90_TILE", "").split(",") if v.strip())
 
@@ -94,17 +116,18 @@ def _sm90_units(m: int, n: int, cfg: tuple) -> int:
     return -(-m // bm) * -(-tiles_n // cl)
 
 
-def sm90_tile_config(m: int, n: int, num_sms: int) -> tuple:
-    """The (block_m, block_n, cluster) with the least estimated time for an M x N output on a
+def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> tuple:
+    """The (block_m, block_n, cluster) with the least estimated time for an M x N (x K) output on a
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
-    area over its measured rate (so padding and a ragged last wave count against big tiles)."""
+    area over its measured rate (so padding and a ragged last wave count against big tiles; K
+    decides which of the kernel's loops, and so which rate, applies)."""
     if _override:
         return _override[:3]
 
     def cost(cfg):
         bm, bn, cl = cfg
         waves = -(-_sm90_units(m, n, cfg) // (num_sms // cl))
-        return waves * bm * bn / SM90_TILES[cfg]
+        return waves * bm * bn / sm90_tile_rate(cfg, k // 128 if k else None)
 
     return min(SM90_TILES, key=cost)
 
@@ -131,9 +154,9 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128
-    block_us = _SPLIT_BLOCK_US * bm * bn / (128 * 128) * SM90_TILES[(128, 128, 1)] / SM90_TILES[cfg]
 
     def cost(s):
+        block_us = _SPLIT_BLOCK_US * bm * bn / (128 * 128) * SM90_TILES[(128, 128, 1)] / sm90_tile_rate(cfg, kb // s)
         extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US if s > 1 else 0.0
         return kb / s * block_us + extra
 
@@ -164,7 +187,7 @@ def _gemm_cuda(a, sa, b, sb, bias, d):
     mod, _ = _ext.load("_C_gemm_sm90")
     m, k = a.shape
     sms = _num_sms(a.device.index or 0)
-    cfg = sm90_tile_config(m, b.shape[0], sms)
+    cfg = sm90_tile_config(m, b.shape[0], sms, k)
     splits = sm90_split_k(m, b.shape[0], k, cfg, sms)
     sa_tma = _tma_scales(sa)
     mod.fp8_gemm_nt(a, sa_tma, b, sb, bias, d, *cfg, splits)

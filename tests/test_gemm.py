@@ -172,7 +172,7 @@ def test_sm90_split_k_choice(m, n, k):
     """Host-side choice (no GPU needed): a power of two dividing K / 128, every slice >= 4 K blocks,
     all slices in one wave, none where the tiles fill the GPU."""
     sms = 132
-    cfg = gemm.sm90_tile_config(m, n, sms)
+    cfg = gemm.sm90_tile_config(m, n, sms, k)
     s = gemm.sm90_split_k(m, n, k, cfg, sms)
     units = -(-m // cfg[0]) * -(-(-(-n // cfg[1])) // cfg[2])
     kb = k // 128
@@ -191,9 +191,28 @@ def test_sm90_split_k_follows_the_h200_probes(m, n, k, splits):
     (34 tiles, 56 K blocks) two slices win (bench/results/2026-12-04-h200-sm90-unroll-ahead); at
     64x4096x4096 (32 tiles) four slices ran 128 TFLOP/s against 98 unsplit
     (bench/results/2026-12-03-h200-sm90-splitk, the kernel before the turns were removed)."""
-    cfg = gemm.sm90_tile_config(m, n, 132)
+    cfg = gemm.sm90_tile_config(m, n, 132, k)
     assert cfg == (128, 128, 1)
     assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [(32768, 4096, 4096, (192, 128, 1)), (8192, 4096, 4096, (256, 128, 1)),
+                                       (32768, 16384, 4096, (192, 128, 1)), (32768, 4096, 16384, (192, 128, 1)),
+                                       (8192, 16384, 4096, (192, 128, 1)), (8192, 4096, 16384, (256, 128, 1)),
+                                       (3000, 2176, 7168, (256, 128, 1)), (16384, 6144, 4096, (192, 128, 1))])
+def test_sm90_tile_config_picks_the_h200_fastest(m, n, k, cfg):
+    """At each shape of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained), the
+    config the host picks is the one that ran fastest there, with the loop K selects."""
+    assert gemm.sm90_tile_config(m, n, 132, k) == cfg
+
+
+def test_sm90_tile_rate_whole_ring_only_where_k_divides():
+    whole, any_k = gemm.SM90_WHOLE_RING[(192, 128, 1)], gemm.SM90_TILES[(192, 128, 1)]
+    assert whole > any_k
+    assert gemm.sm90_tile_rate((192, 128, 1), 32) == whole
+    assert gemm.sm90_tile_rate((192, 128, 1), 30) == any_k
+    assert gemm.sm90_tile_rate((192, 128, 1), None) == any_k
+    assert gemm.sm90_tile_rate((128, 128, 1), 32) == gemm.SM90_TILES[(128, 128, 1)]
 
 
 def test_config_too_big_for_the_gpu_shrinks(device, monkeypatch):

@@ -65,7 +65,7 @@ def test_cuda_graph_capture(m, n, k):
     """Also at small M, where the public path takes split-K (a workspace from the caching
     allocator and a second kernel); 1000x4096 has enough tiles for every SM, so no split."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms), sms)
+    splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms, k), sms)
     assert (splits > 1) == (m == 64)
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
     bias = torch.randn(n, device="cuda")
@@ -82,11 +82,14 @@ def test_cuda_graph_capture(m, n, k):
 
 @pytest.mark.parametrize("cfg", sorted(lk.gemm.SM90_TILES), ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("m,n,k", [(1, 384, 640), (100, 384, 256), (129, 4096, 4096), (3000, 2176, 7168),
-                                   (20000, 640, 256), (1000, 128, 384)])
+                                   (20000, 640, 256), (1000, 128, 384), (20000, 640, 512), (700, 1152, 1536)])
 def test_tile_configs(cfg, m, n, k):
     """Every instantiation, called directly: N not a multiple of 192, tiles straddling two
     128-column scale blocks (192), an odd number of column tiles (the cluster's second CTA has no
-    tile), row blocks whose second half lies wholly past M (M = 100 with 256-row tiles)."""
+    tile), row blocks whose second half lies wholly past M (M = 100 with 256-row tiles). K / 128 of
+    4, 12, 32 and 56 take the whole-ring loop of the 4-stage configs (one and several revolutions,
+    several tiles a CTA), 2, 3 and 5 their stream loop; 128x128's two accumulators see odd and even
+    block counts a CTA."""
     mod = _ext.load("_C_gemm_sm90")[0]
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     sb = sb * torch.rand_like(sb).add(0.5)  # distinct scales per 128-column block
@@ -97,7 +100,7 @@ def test_tile_configs(cfg, m, n, k):
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
-@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (128, 192, 1), (128, 128, 2)],
+@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (192, 128, 1), (128, 192, 1), (128, 128, 2)],
                          ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("splits", [2, 4])
 @pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True)])
@@ -115,6 +118,14 @@ def test_split_k(cfg, splits, m, n, k, with_bias):
     assert torch.isfinite(out.float()).all(), "output not fully written"
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
     assert (big[:, :128] == 7).all() and (big[:, 128 + n:] == 7).all()
+
+
+def test_whole_ring_depth_matches_the_host_model():
+    """The host's rate model assumes the whole-ring loop where K / 128 divides by SM90_RING_DEPTH:
+    the ring depth of those configs as built."""
+    mod = _ext.load("_C_gemm_sm90")[0]
+    for cfg in lk.gemm.SM90_WHOLE_RING:
+        assert mod.stages(*cfg) == lk.gemm.SM90_RING_DEPTH, cfg
 
 
 def test_split_k_bad_count_is_refused():

@@ -10,11 +10,6 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   nopromote  no promotion; a never-taken branch keeps the wgmma results live
   fadd       total += acc: an unscaled fp32 add per element, as a tensorwise GEMM promotes
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
-  dual       128x128: two accumulators a consumer, the next K block issued before the current one
-             is waited for and promoted
-  tiles      two-wave tiles run tile by tile (revolutions of unrolled blocks): no K-block counter,
-             no end-of-stream test per block; needs K / 128 a multiple of the ring depth
-  tilesall   (with tiles: "tiles+tilesall") the one-wave configs tile by tile too
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
@@ -41,86 +36,6 @@ def replace_once(src: str, old: str, new: str, variant: str) -> str:
     return src.replace(old, new)
 
 
-# Two-wave tiles run tile by tile: per tile, revolutions of kStages unrolled blocks, so a tile's
-# first block is always stage 0 and no block counts K blocks or tests the end of the stream; the
-# only run-time tests are in the first copy (a tile that follows another: its epilogue) and the
-# last (is there a next block to acquire ahead). Needs K / 128 (per K slice) a multiple of
-# kStages (every LTX-2 shape); other K give wrong results (timing only). Keeping the unrolled
-# stream beside it for the other K made ptxas spill (a 392-byte stack frame).
-TILES = [("    if constexpr (kWaves == 2) {\n",
-          "    auto block = [&](bool more, bool tile_start) {  // one K block: acquire ahead if more follow\n"
-          "      sc = sc_next;\n"
-          "#pragma unroll\n"
-          "      for (int w = 0; w < kWaves; ++w) {\n"
-          "        issue(acc, w);\n"
-          "        if (w == kWaves - 1 && more) acquire(sc_next);\n"
-          "        if (w == 0 && tile_start) {\n"
-          "          epilogue();\n"
-          "          unit += num_clusters;\n"
-          "          begin_tile();\n"
-          "        }\n"
-          "        wgmma_wait<0>();\n"
-          "        fence_operands(acc);\n"
-          "        if (w == kWaves - 1) release();\n"
-          "        promote(w, acc, sc);\n"
-          "      }\n"
-          "    };\n"
-          "    if constexpr (kWaves == 2) {\n"
-          "      const int revs = kblocks / kStages;\n"
-          "      for (int u = 0; u < my_units; ++u)\n"
-          "        for (int r = 0; r < revs; ++r)\n"
-          "#pragma unroll\n"
-          "          for (int i = 0; i < kStages; ++i) {\n"
-          "            stage = release_stage = i;\n"
-          "            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);\n"
-          "          }\n"
-          "      if (my_units > 0) epilogue();\n"
-          "    } else if constexpr (false) {\n")]
-LOOP_HEAD = "    if (stream > 0) acquire(sc_next);\n"
-LOOP_TAIL = "    if (epilogue_due) epilogue();\n"
-# 128x128 with two accumulators a consumer: block g+1 is issued before block g is waited for
-# (wgmma.wait_group 1) and promoted. The loop is unrolled by two so each accumulator keeps its
-# registers (a loop-carried accumulator in flight makes ptxas serialize the wgmma).
-DUAL = """    if constexpr (BM == 128 && BN == 128) {
-      float acc1[BN / 2];
-      int kb_d = 0;
-      auto step = [&](float (&cur)[BN / 2], Scales& sc_cur, float (&nxt)[BN / 2], Scales& sc_nxt, bool more) {
-        if (more) {
-          acquire(sc_nxt);
-          issue(nxt, 0);
-          wgmma_wait<1>();
-        } else {
-          wgmma_wait<0>();
-        }
-        fence_operands(cur);
-        release();
-        promote(0, cur, sc_cur);
-        if (++kb_d == kblocks) {
-          kb_d = 0;
-          epilogue();
-          if (more) {
-            unit += num_clusters;
-            begin_tile();
-          }
-        }
-      };
-      if (stream > 0) {
-        acquire(sc);
-        issue(acc, 0);
-        int g = 0;
-        for (; g + 2 < stream; g += 2) {
-          step(acc, sc, acc1, sc_next, true);
-          step(acc1, sc_next, acc, sc, true);
-        }
-        if (g + 1 < stream) {
-          step(acc, sc, acc1, sc_next, true);
-          step(acc1, sc_next, acc, sc, false);
-        } else {
-          step(acc, sc, acc1, sc_next, false);
-        }
-      }
-    } else {
-"""
 STAGES = "  static constexpr int kStages = fit(1);\n"
 
 RANK0A = [
@@ -179,10 +94,6 @@ GSB = [
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
-    "tiles": TILES,
-    # (after tiles) every config tile by tile, the one-wave ones too
-    "tilesall": [("    if constexpr (kWaves == 2) {\n      const int revs", "    if constexpr (true) {\n      const int revs")],
-    "dual": [(LOOP_HEAD, DUAL + LOOP_HEAD), (LOOP_TAIL, LOOP_TAIL + "    }\n")],
     "rank0a": RANK0A,
     "gsb": GSB,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
@@ -213,7 +124,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, dual, tiles, tilesall, boxes, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 

@@ -264,7 +264,10 @@ __device__ __forceinline__ void unit_coords(int unit, int num_m, int num_groups,
   n_grp = (unit % per_group) / size_m;
 }
 
-template <int BM, int BN, int CLUSTER>
+// kWholeRing: every work unit's K blocks are a multiple of the ring depth, so the consumers run
+// tile by tile in whole revolutions of the ring (see the consumer loop); the host picks that
+// instantiation when K allows it.
+template <int BM, int BN, int CLUSTER, bool kWholeRing>
 __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                     const __grid_constant__ CUtensorMap tma_d, const __grid_constant__ CUtensorMap tma_sa, Params p) {
@@ -513,57 +516,135 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // promotion FFMAs of one overlap the tensor work of the others. The consumers are not made to
     // take turns (named barriers between their issues, as cuBLAS's blockwise kernels do): with
     // the promotion free of register-bank conflicts, the turns cost up to 5 % (docs/sm90-gemm.md).
-    // The K blocks of all this CTA's tiles form one stream: a tile's epilogue runs after the
-    // next tile's first wave is issued, under its wgmma.
     const int stream = my_units * kblocks;
     float acc[BN / 2];
     // The next K block's stage is acquired (its full barrier waited for, its scales read) right
     // after this block's last wave is issued, under its wgmma, instead of between a promotion and
     // the next issue.
     Scales sc, sc_next;
-    if (stream > 0) acquire(sc_next);
-    bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
-    int kb = 0;                 // K block of the current tile
-    auto step = [&](int g) {    // block g of the stream
-      sc = sc_next;
+    if constexpr (kWholeRing) {
+      // Tile by tile, each tile's K blocks in revolutions of kStages unrolled blocks: a tile's
+      // first block is always stage 0, so every copy's stage is a constant (descriptor and barrier
+      // addresses fold), and no block counts K blocks or tests the end of the stream. 192x128
+      // measured 2-5 % faster sustained than the stream loop below, 256x128 0-4 %
+      // (docs/sm90-gemm.md, "Whole-ring loop").
+      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)
+        sc = sc_next;
 #pragma unroll
-      for (int w = 0; w < kWaves; ++w) {
-        issue(acc, w);
-        if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);
-        if (w == 0 && epilogue_due) {
-          epilogue();
-          epilogue_due = false;
-          unit += num_clusters;
-          begin_tile();  // unit < num_units: this block belongs to it
+        for (int w = 0; w < kWaves; ++w) {
+          issue(acc, w);
+          if (w == kWaves - 1 && more) acquire(sc_next);
+          if (w == 0 && close_previous) {  // the previous tile's epilogue, under this wave's wgmma
+            epilogue();
+            unit += num_clusters;
+            begin_tile();
+          }
+          wgmma_wait<0>();
+          fence_operands(acc);
+          if (w == kWaves - 1) release();
+          promote(w, acc, sc);
         }
-        wgmma_wait<0>();
-        fence_operands(acc);
-        if (w == kWaves - 1) release();
-        promote(w, acc, sc);
-      }
-      if (++kb == kblocks) {
-        kb = 0;
-        epilogue_due = true;
-      }
-    };
-    if constexpr (kWaves == 2) {
-      // Two-wave tiles: the loop unrolled by the ring depth. Block g always uses stage
-      // g % kStages (the stream starts at stage 0 and takes one stage a block), so in each copy
-      // the stage is a constant and the descriptor and barrier addresses fold: 256x128 measured
-      // 4-7 % faster sustained than with run-time stage indices, one-wave tiles 0-5 % slower
-      // (docs/sm90-gemm.md, "Unrolled ring").
-      for (int g0 = 0; g0 < stream; g0 += kStages) {
+      };
+      if (stream > 0) acquire(sc_next);
+      const int revs = kblocks / kStages;
+      for (int u = 0; u < my_units; ++u)
+        for (int r = 0; r < revs; ++r)
 #pragma unroll
-        for (int i = 0; i < kStages; ++i) {
-          if (g0 + i >= stream) break;
-          stage = release_stage = i;
-          step(g0 + i);
+          for (int i = 0; i < kStages; ++i) {
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+          }
+      if (my_units > 0) epilogue();
+    } else if constexpr (BM == 128 && BN == 128) {
+      // 128x128 (one wave a consumer) with two accumulators: block g + 1 is issued before block g
+      // is waited for (wgmma.wait_group 1) and promoted, so the tensor cores have this consumer's
+      // next block while it promotes. Unrolled by two so each accumulator keeps its registers (a
+      // loop-carried accumulator in flight makes ptxas serialize the wgmma). Measured 8-13 %
+      // faster at M = 256-1024 (docs/sm90-gemm.md, "Two accumulators at 128x128").
+      float acc1[BN / 2];
+      int kb = 0;  // K block of the current tile
+      auto step = [&](float (&cur)[BN / 2], Scales& sc_cur, float (&nxt)[BN / 2], Scales& sc_nxt, bool more) {
+        if (more) {
+          acquire(sc_nxt);
+          issue(nxt, 0);
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        fence_operands(cur);
+        release();
+        promote(0, cur, sc_cur);
+        if (++kb == kblocks) {
+          kb = 0;
+          epilogue();
+          if (more) {
+            unit += num_clusters;
+            begin_tile();
+          }
+        }
+      };
+      if (stream > 0) {
+        acquire(sc);
+        issue(acc, 0);
+        int g = 0;
+        for (; g + 2 < stream; g += 2) {
+          step(acc, sc, acc1, sc_next, true);
+          step(acc1, sc_next, acc, sc, true);
+        }
+        if (g + 1 < stream) {
+          step(acc, sc, acc1, sc_next, true);
+          step(acc1, sc_next, acc, sc, false);
+        } else {
+          step(acc, sc, acc1, sc_next, false);
         }
       }
     } else {
-      for (int g = 0; g < stream; ++g) step(g);
+      // Any K: the K blocks of all this CTA's tiles form one stream; a tile's epilogue runs after
+      // the next tile's first wave is issued, under its wgmma.
+      if (stream > 0) acquire(sc_next);
+      bool epilogue_due = false;  // the previous tile is fully promoted but not yet stored
+      int kb = 0;                 // K block of the current tile
+      auto step = [&](int g) {    // block g of the stream
+        sc = sc_next;
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+          issue(acc, w);
+          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);
+          if (w == 0 && epilogue_due) {
+            epilogue();
+            epilogue_due = false;
+            unit += num_clusters;
+            begin_tile();  // unit < num_units: this block belongs to it
+          }
+          wgmma_wait<0>();
+          fence_operands(acc);
+          if (w == kWaves - 1) release();
+          promote(w, acc, sc);
+        }
+        if (++kb == kblocks) {
+          kb = 0;
+          epilogue_due = true;
+        }
+      };
+      if constexpr (kWaves == 2) {
+        // Two-wave tiles: the loop unrolled by the ring depth. Block g always uses stage
+        // g % kStages (the stream starts at stage 0 and takes one stage a block), so in each copy
+        // the stage is a constant and the descriptor and barrier addresses fold: 256x128 measured
+        // 4-7 % faster sustained than with run-time stage indices, one-wave tiles 0-5 % slower
+        // (docs/sm90-gemm.md, "Unrolled ring").
+        for (int g0 = 0; g0 < stream; g0 += kStages) {
+#pragma unroll
+          for (int i = 0; i < kStages; ++i) {
+            if (g0 + i >= stream) break;
+            stage = release_stage = i;
+            step(g0 + i);
+          }
+        }
+      } else {
+        for (int g = 0; g < stream; ++g) step(g);
+      }
+      if (epilogue_due) epilogue();
     }
-    if (epilogue_due) epilogue();
     if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
   }
   // no CTA may leave while its peer can still multicast into it or arrive on its barriers
@@ -657,11 +738,11 @@ cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, 
   return launch_with(grid, threads, smem, stream, attr);
 }
 
-template <int BM, int BN, int CLUSTER>
+template <int BM, int BN, int CLUSTER, bool kWholeRing>
 const char* prepare(int dev, int num_sms, int& max_ctas) {
   static DeviceState state[64];
   DeviceState& st = state[dev & 63];
-  auto kernel = fp8_gemm_kernel<BM, BN, CLUSTER>;
+  auto kernel = fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes;
   if (!st.ready) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
@@ -682,13 +763,13 @@ const char* prepare(int dev, int num_sms, int& max_ctas) {
   return nullptr;
 }
 
-template <int BM, int BN, int CLUSTER>
+template <int BM, int BN, int CLUSTER, bool kWholeRing>
 const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
                        cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
   int max_ctas = 0;
-  if (const char* e = prepare<BM, BN, CLUSTER>(dev, num_sms, max_ctas)) return e;
+  if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas)) return e;
   CUtensorMap ma, mb, md, msa;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
@@ -705,11 +786,11 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
   if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1><<<grid, threads, smem, stream>>>(ma, mb, md, msa, p);
+    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, p);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER>, ma, mb, md, msa, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
   if (p.splits > 1) {
@@ -726,6 +807,20 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   return nullptr;
 }
 
+// The whole-ring loop where each work unit's K blocks are a multiple of the ring depth. It is
+// instantiated for the 4-stage configs (BM = 192, 256), whose ring divides the K-block counts of
+// every LTX-2 shape; 128x192 (5 stages) and 128x128 (6; its own two-accumulator loop) keep the
+// stream loop.
+template <int BM, int BN, int CLUSTER>
+const char* launch_any_k(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
+                         cudaStream_t stream) {
+  if constexpr (BM != 128) {
+    if (p.splits >= 1 && (p.K / BK) % p.splits == 0 && (p.K / BK / p.splits) % Config<BM, BN, CLUSTER>::kStages == 0)
+      return launch_cfg<BM, BN, CLUSTER, true>(p, a, lda, b, ldb, num_sms, stream);
+  }
+  return launch_cfg<BM, BN, CLUSTER, false>(p, a, lda, b, ldb, num_sms, stream);
+}
+
 }  // namespace
 
 // The instantiations the host may pick (ltx_kernels/gemm.py chooses among them per shape).
@@ -733,12 +828,12 @@ const char* launch(const Params& p, const void* a, int64_t lda, const void* b, i
                    int num_sms, cudaStream_t stream) {
   const int key = cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster;
   switch (key) {
-    case 1281281: return launch_cfg<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 1281282: return launch_cfg<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
-    case 1281921: return launch_cfg<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 1921281: return launch_cfg<192, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 2561281: return launch_cfg<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 2561282: return launch_cfg<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
+    case 1281281: return launch_any_k<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 1281282: return launch_any_k<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
+    case 1281921: return launch_any_k<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 1921281: return launch_any_k<192, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 2561281: return launch_any_k<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
+    case 2561282: return launch_any_k<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
     default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
   }
 }
