@@ -12,8 +12,9 @@
 // fp32 accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's
 // scales (both read from the stage in shared memory), so nothing accumulates in the tensor cores'
 // reduced precision beyond one 128-K block. The consumers run unsynchronized with each other, so
-// one promotes while another's wgmma run. The K blocks of all the CTA's tiles form one stream: a tile's
-// epilogue runs after the next tile's first wave is issued. Epilogue: fp32 bias (loaded when the tile begins),
+// one promotes while another's wgmma run. A tile's epilogue runs after the next tile's first wave is
+// issued, under its wgmma; the consumer loop is one of three (whole ring, two accumulators at
+// 128x128, any-K stream), chosen per instantiation and by K (see there). Epilogue: fp32 bias (loaded when the tile begins),
 // one bf16 rounding, the tile staged in shared memory as 64x64 TMA boxes (128-byte swizzle: no
 // bank conflicts) and stored by TMA, which clips rows past M, while the consumers go on. TMA
 // zero-fills operand rows past M / N. N and K must be multiples of 128 (checked on the host, in
@@ -525,8 +526,8 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     if constexpr (kWholeRing) {
       // Tile by tile, each tile's K blocks in revolutions of kStages unrolled blocks: a tile's
       // first block is always stage 0, so every copy's stage is a constant (descriptor and barrier
-      // addresses fold), and no block counts K blocks or tests the end of the stream. 192x128
-      // measured 2-5 % faster sustained than the stream loop below, 256x128 0-4 %
+      // addresses fold), and no block counts K blocks or tests the end of the stream. Against the
+      // stream loop below, sustained: 192x128 +0.5..+4.6 %, 256x128 -2.3..+4.4 % at eight shapes
       // (docs/sm90-gemm.md, "Whole-ring loop").
       auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)
         sc = sc_next;
