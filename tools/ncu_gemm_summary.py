@@ -8,7 +8,8 @@ The hot loop is every SASS line executed at least --hot times (default 100000: t
 lines at LTX-2 sizes). Its samples are split by instruction: WARPGROUP.DEPBAR (a consumer waiting
 for its own wgmma: the tensor pipe is busy with it), FFMA / FMUL (the promotion), QGMMA (issue),
 the instruction after a BAR.SYNC (a named-barrier wait shows on it; a DEPBAR right after one counts
-as DEPBAR) and the rest; and the hot loop's executed instructions per wave (per warp: executed
+as DEPBAR), mbarrier waits (the try-wait and its retry branch: a consumer waiting for a stage's
+data, a producer for a free stage) and the rest; and the hot loop's executed instructions per wave (per warp: executed
 instructions over executed first wgmmas of a wave). Samples of warps
 outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out.
 """
@@ -68,7 +69,7 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
         return int(line["Warp Stall Sampling (All Samples)"] or 0)
 
     share = collections.Counter()
-    after_bar = False
+    after_bar = after_trywait = False
     hot_executed = wave_starts = 0
     for line in lines:
         src = line["Source"].strip()
@@ -83,16 +84,29 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
                 kind = "promotion FFMA/FMUL"
             elif op.startswith("QGMMA"):
                 kind = "QGMMA issue"
+            elif op.startswith("SYNCS.PHASECHK") or (after_trywait and op == "BRA"):
+                kind = "mbarrier wait"
             elif after_bar:
                 kind = "after BAR.SYNC"
             else:
                 kind = "other"
             share[kind] += samples(line)
         after_bar = op.startswith("BAR.SYNC")
+        after_trywait = op.startswith("SYNCS.PHASECHK")
     total = sum(share.values()) or 1
     per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
     return ({k: round(100.0 * v / total, 1) for k, v in share.most_common()}
             | {"hot_loop_samples": total, "instructions_per_wave": per_wave})
+
+
+def barrier_waits(lines: list[dict]) -> list[int]:
+    """Executions of each mbarrier try-wait site (SYNCS.PHASECHK), in code order. A wait that
+    finds its phase incomplete runs the try-wait again at a retry site, so in code laid out as
+    first tries, then retries (nvcc puts the retry loops at the end of the function), the retry
+    sites' executions over the first tries' show how often a consumer found its stage's data
+    missing (or a producer its stage still in use)."""
+    return [int(line["Instructions Executed"].replace(",", "") or 0) for line in lines
+            if "SYNCS.PHASECHK" in line["Source"]]
 
 
 def main() -> None:
@@ -100,6 +114,7 @@ def main() -> None:
     ap.add_argument("txt")
     ap.add_argument("sass_csv_gz", nargs="?")
     ap.add_argument("--hot", type=int, default=100000)
+    ap.add_argument("--waits", action="store_true", help="also list the executions of every mbarrier try-wait site")
     args = ap.parse_args()
     heads = headline(args.txt)
     sass = sass_kernels(args.sass_csv_gz) if args.sass_csv_gz else []
@@ -108,6 +123,8 @@ def main() -> None:
         print("  " + "  ".join(f"{k}={v}" for k, v in vals.items()))
         if i < len(sass):
             print("  hot loop samples, %: " + "  ".join(f"{k}={v}" for k, v in split_hot_loop(sass[i][1], args.hot).items()))
+            if args.waits:
+                print("  try-wait executions per site: " + " ".join(str(n) for n in barrier_waits(sass[i][1]) if n))
 
 
 if __name__ == "__main__":
