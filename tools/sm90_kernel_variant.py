@@ -12,6 +12,8 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
   boxes      a whole tile's epilogue boxes per consumer where that leaves 3 stages or more (256x128:
              3 stages and 4 boxes instead of 4 stages and 1 box)
+  sbst       B's scales stored into the ring by the producer thread (ld.global one block ahead,
+             st.shared, mbarrier arrive) instead of cp.async: ordered in a way racecheck follows
   n64        a 128x64 tile config (lib:NAME@128x64x1), with 128x128's two-accumulator loop
   regs48     two-consumer configs: the producer keeps 48 registers instead of 40 (the 2-CTA
              builds' spills are mostly the producer's)
@@ -116,11 +118,38 @@ N64 = [
 ]
 
 
+# B's scales stored into the ring by the producer thread itself (loaded from global memory one K
+# block ahead, st.shared, then a plain mbarrier arrive, which releases the stores) instead of
+# 4-byte cp.async copies: the ring's B-scale slot is then ordered by the empty / full barriers in a
+# way compute-sanitizer's racecheck follows. A unit's first block is loaded when the unit begins.
+SBST = [
+    ("""        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {
+          mbar_wait(&s.empty[stage], phase ^ 1);
+""", """        float sb_next0 = ldg_ordered(sb0 + kb0 * p.sb_sk);
+        float sb_next1 = BN > 128 ? ldg_ordered(sb1 + kb0 * p.sb_sk) : 0.f;
+        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {
+          mbar_wait(&s.empty[stage], phase ^ 1);
+"""),
+    ("""          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
+          if constexpr (BN > 128) cp_async_4(&s.sb[stage][1], sb1 + kb * p.sb_sk);
+          cp_async_arrive(&s.full[stage]);
+""", """          sts_ordered(&s.sb[stage][0], sb_next0);
+          if constexpr (BN > 128) sts_ordered(&s.sb[stage][1], sb_next1);
+          mbar_arrive(&s.full[stage]);
+          if (kb + 1 < kb0 + kblocks) {
+            sb_next0 = ldg_ordered(sb0 + (kb + 1) * p.sb_sk);
+            if constexpr (BN > 128) sb_next1 = ldg_ordered(sb1 + (kb + 1) * p.sb_sk);
+          }
+"""),
+]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     # two consumers: 48 registers for the producer instead of 40 (128 * 48 + 256 * 232 = 65536), which
     # removes most of the 2-CTA builds' spills (they are in the producer)
     "n64": N64,
+    "sbst": SBST,
     "regs48": [("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 48>();\n")],
     "rank0a": RANK0A,
     "gsb": GSB,
@@ -152,7 +181,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, n64, regs48, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, n64, sbst, regs48, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 
