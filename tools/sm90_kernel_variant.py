@@ -14,6 +14,7 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
              3 stages and 4 boxes instead of 4 stages and 1 box)
   sbst       B's scales stored into the ring by the producer thread (ld.global one block ahead,
              st.shared, mbarrier arrive) instead of cp.async: ordered in a way racecheck follows
+  c192       192x128 in 2-CTA clusters (lib:NAME@192x128x2), producer 40 / consumers 152 registers
   n64        a 128x64 tile config (lib:NAME@128x64x1), with 128x128's two-accumulator loop
   regs48     two-consumer configs: the producer keeps 48 registers instead of 40 (the 2-CTA
              builds' spills are mostly the producer's)
@@ -144,11 +145,26 @@ SBST = [
 ]
 
 
+# 192x128 in 2-CTA clusters (A multicast between horizontally adjacent tiles, as 256x128x2): the
+# producer keeps 40 registers, the three consumers 152 (128 * 40 + 384 * 152 = 63488). Time it as
+# lib:NAME@192x128x2; with rank0a the whole-ring build spills 12 bytes, the stream one none.
+C192 = [
+    ('  static_assert(BM != 192 || CLUSTER == 1, "BM = 192 runs without clusters");\n', ""),
+    ("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n",
+     "    setmaxnreg_dec<kConsumers == 3 ? (CLUSTER > 1 ? 40 : 24) : 40>();\n"),
+    ("    setmaxnreg_inc<kConsumers == 3 ? 160 : 232>();\n",
+     "    setmaxnreg_inc<kConsumers == 3 ? (CLUSTER > 1 ? 152 : 160) : 232>();\n"),
+    ("    case 1921281: return",
+     "    case 1921282: return launch_any_k<192, 128, 2>(p, a, lda, b, ldb, num_sms, stream);\n    case 1921281: return"),
+]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     # two consumers: 48 registers for the producer instead of 40 (128 * 48 + 256 * 232 = 65536), which
     # removes most of the 2-CTA builds' spills (they are in the producer)
     "n64": N64,
+    "c192": C192,
     "sbst": SBST,
     "regs48": [("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 48>();\n")],
     "rank0a": RANK0A,
@@ -181,7 +197,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, n64, sbst, regs48, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, n64, sbst, regs48, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 
