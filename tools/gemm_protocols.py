@@ -21,7 +21,8 @@ Backends: ``cuda`` / ``triton`` (``fp8_gemm_nt`` with that backend), ``cuda@256x
 instantiation of the built extension, forced), ``lib:NAME@256x128x2`` (that instantiation of a
 kernel variant built as a plain library by ``LIB=1 tools/sm90_build_standalone.sh`` and named with
 ``--lib NAME=PATH``, called through ctypes). Every backend's output is checked against the
-reference (``rel_err``).
+reference (``rel_err``). Each row also records the tile config and K slices the host picks for
+``cuda`` (``cuda_config``, ``BMxBNxCL/S``; printed in brackets).
 """
 import ctypes
 import argparse
@@ -199,8 +200,13 @@ def main():
         names = list(fns)
         names = names[shape_index % len(names):] + names[:shape_index % len(names)]
         flops = 2.0 * m * n * k
+        # the SM90 tile config and K slices the host picks for `cuda` (block_m x block_n x cluster / slices)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        cfg = lk.gemm.sm90_tile_config(m, n, sms, k)
+        cuda_config = "x".join(map(str, cfg)) + f"/{lk.gemm.sm90_split_k(m, n, k, cfg, sms)}"
         for protocol in args.protocols.split(","):
-            row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors}
+            row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors,
+                   "cuda_config": cuda_config}
             for name in names:
                 fn = fns[name]
                 try:
@@ -214,7 +220,7 @@ def main():
             rows.append(row)
             cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
                               f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
-            print(f"{row['shape']:>18s} {protocol:9s} {cells}", flush=True)
+            print(f"{row['shape']:>18s} {protocol:9s} [{cuda_config}] {cells}", flush=True)
         del qa, qb, d, bf_a, bf_b, outs, fns
         torch.cuda.empty_cache()
     if args.json:
