@@ -61,10 +61,11 @@ def sass_kernels(csv_path: str) -> list[tuple[str, list[dict]]]:
     return [k for i, k in enumerate(kernels) if i == 0 or k != kernels[i - 1]]
 
 
-def split_hot_loop(lines: list[dict], hot: int) -> dict:
-    def executed(line):
-        return int(line["Instructions Executed"].replace(",", "") or 0)
+def executed(line: dict) -> int:
+    return int(line["Instructions Executed"].replace(",", "") or 0)
 
+
+def split_hot_loop(lines: list[dict], hot: int) -> dict:
     def samples(line):
         return int(line["Warp Stall Sampling (All Samples)"] or 0)
 
@@ -105,8 +106,7 @@ def barrier_waits(lines: list[dict]) -> list[int]:
     first tries, then retries (nvcc puts the retry loops at the end of the function), the retry
     sites' executions over the first tries' show how often a consumer found its stage's data
     missing (or a producer its stage still in use)."""
-    return [int(line["Instructions Executed"].replace(",", "") or 0) for line in lines
-            if "SYNCS.PHASECHK" in line["Source"]]
+    return [executed(line) for line in lines if "SYNCS.PHASECHK" in line["Source"]]
 
 
 def main() -> None:

@@ -816,7 +816,7 @@ template <int BM, int BN, int CLUSTER>
 const char* launch_any_k(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, int num_sms,
                          cudaStream_t stream) {
   if constexpr (BM != 128) {
-    if (p.splits >= 1 && (p.K / BK) % p.splits == 0 && (p.K / BK / p.splits) % Config<BM, BN, CLUSTER>::kStages == 0)
+    if (p.splits >= 1 && (p.K / BK) % (p.splits * Config<BM, BN, CLUSTER>::kStages) == 0)
       return launch_cfg<BM, BN, CLUSTER, true>(p, a, lda, b, ldb, num_sms, stream);
   }
   return launch_cfg<BM, BN, CLUSTER, false>(p, a, lda, b, ldb, num_sms, stream);
