@@ -74,8 +74,10 @@ def _cuda_reasons(a, sa, b, sb, bias, d):
 # wave counts divided out: 0.997-1.031x (mean 1.013); 256x128 in 2-CTA clusters 0.97x of one CTA.
 # The rest from the standalone harness at 16384x4096x4096 and 16384x16384x4096 (before the
 # unrolled ring, when 256x128 ran at 1.00, and before 128x128's two accumulators): 128x128
-# 0.92-0.95, and against 192x128, 128x128x2 0.84-0.88x and 128x192 0.79-0.86x. The runs and how to
-# repeat them: docs/sm90-gemm.md, "Tile configs".
+# 0.92-0.95, and against 192x128, 128x128x2 0.84-0.88x and 128x192 0.79-0.86x. 128x64 (twice
+# 128x128's tiles, for small M): one wave of it took 0.87-0.92x the time of one wave of 128x128 at
+# M = 128-512 (bench/results/2026-12-04-h200-sm90-2cta-and-128x64), half the area in 0.9x the time.
+# The runs and how to repeat them: docs/sm90-gemm.md, "Tile configs".
 SM90_TILES = {
     (256, 128, 1): 1.05,
     (192, 128, 1): 1.04,
@@ -83,6 +85,7 @@ SM90_TILES = {
     (128, 128, 1): 0.93,
     (128, 128, 2): 0.89,
     (128, 192, 1): 0.875,
+    (128, 64, 1): 0.52,
 }
 # The same rates for the whole-ring loop, which the kernel runs where a tile's K blocks are a
 # multiple of the ring depth (SM90_RING_DEPTH stages for these configs, which hold every LTX-2 K):

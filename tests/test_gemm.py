@@ -191,9 +191,7 @@ def test_sm90_split_k_follows_the_h200_probes(m, n, k, splits):
     (34 tiles, 56 K blocks) two slices win (bench/results/2026-12-04-h200-sm90-unroll-ahead); at
     64x4096x4096 (32 tiles) four slices ran 128 TFLOP/s against 98 unsplit
     (bench/results/2026-12-03-h200-sm90-splitk, the kernel before the turns were removed)."""
-    cfg = gemm.sm90_tile_config(m, n, 132, k)
-    assert cfg == (128, 128, 1)
-    assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
+    assert gemm.sm90_split_k(m, n, k, (128, 128, 1), 132) == splits
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [(32768, 4096, 4096, (192, 128, 1)), (8192, 4096, 4096, (256, 128, 1)),
@@ -204,6 +202,16 @@ def test_sm90_tile_config_picks_the_h200_fastest(m, n, k, cfg):
     """At each shape of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained), the
     config the host picks is the one that ran fastest there, with the loop K selects."""
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [(128, 4096, 4096, (128, 64, 1)), (256, 4096, 4096, (128, 64, 1)),
+                                       (384, 4096, 4096, (128, 128, 1)), (512, 4096, 4096, (128, 128, 1)),
+                                       (256, 2176, 7168, (128, 64, 1)), (512, 2048, 8192, (128, 64, 1))])
+def test_sm90_tile_config_at_small_m_picks_the_h200_fastest(m, n, k, cfg):
+    """Small M, burst (bench/results/2026-12-04-h200-sm90-2cta-and-128x64): 128x64 where 128x128
+    leaves half the SMs idle, 128x128 where its tiles fill about a wave; unsplit at all six."""
+    assert gemm.sm90_tile_config(m, n, 132, k) == cfg
+    assert gemm.sm90_split_k(m, n, k, cfg, 132) == 1
 
 
 def test_sm90_tile_rate_whole_ring_only_where_k_divides():

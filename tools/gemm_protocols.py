@@ -18,7 +18,7 @@ are skipped) and gets the same bias as ours.
         [--upstream-path DIR] [--lib NAME=PATH ...]
 
 Backends: ``cuda`` / ``triton`` (``fp8_gemm_nt`` with that backend), ``cuda@256x128x2`` (one SM90
-instantiation of the built extension, forced), ``lib:NAME@256x128x2`` (that instantiation of a
+instantiation of the built extension, forced; ``cuda@128x128x1/4`` with 4 K slices), ``lib:NAME@256x128x2`` (that instantiation of a
 kernel variant built as a plain library by ``LIB=1 tools/sm90_build_standalone.sh`` and named with
 ``--lib NAME=PATH``, called through ctypes). Every backend's output is checked against the
 reference (``rel_err``). Each row also records the tile config and K slices the host picks for
@@ -174,10 +174,12 @@ def main():
                 cfg = tuple(int(v) for v in cfg.split("x"))
                 outs[be] = torch.empty_like(d)
                 fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be]: call(qa, sa, qb, sb, bias, out, cfg)
-            elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster)
-                cfg = tuple(int(v) for v in be.split("@")[1].split("x"))
+            elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster),
+                # cuda@128x128x1/4 with 4 K slices
+                spec, _, splits = be.split("@")[1].partition("/")
+                cfg = tuple(int(v) for v in spec.split("x"))
                 mod = lk._ext.load("_C_gemm_sm90")[0]
-                fns[be] = lambda cfg=cfg, mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, 1)
+                fns[be] = lambda cfg=cfg, s=int(splits or 1), mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, s)
             else:
                 fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
         anchors = {"cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16),

@@ -15,9 +15,6 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   sbst       B's scales stored into the ring by the producer thread (ld.global one block ahead,
              st.shared, mbarrier arrive) instead of cp.async: ordered in a way racecheck follows
   c192       192x128 in 2-CTA clusters (lib:NAME@192x128x2), producer 40 / consumers 152 registers
-  n64        a 128x64 tile config (lib:NAME@128x64x1), with 128x128's two-accumulator loop
-  regs48     two-consumer configs: the producer keeps 48 registers instead of 40 (the 2-CTA
-             builds' spills are mostly the producer's)
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
              loading half)
   gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
@@ -98,27 +95,6 @@ GSB = [
 ]
 
 
-# A 128x64 tile (BN = 64; the 128x128 loop with two accumulators): twice the tiles of 128x128, for M
-# where 128x128 leaves SMs idle (at 256x4096x4096, 128 tiles instead of 64 on 132 SMs). Time it as
-# lib:NAME@128x64x1.
-N64 = [
-    ('  static_assert(BN == 128 || (BN == 192 && BM == 128), "BN is 128, or 192 with BM = 128 (registers)");\n',
-     '  static_assert(BN == 128 || (BN != 128 && BM == 128), "BN is 128, or 64 / 192 with BM = 128");\n'),
-    ("template <int BN, bool kAccumulate>\n",
-     '#define LTX_ACC32(C) LTX_ACC8(C, 0), LTX_ACC8(C, 8), LTX_ACC8(C, 16), LTX_ACC8(C, 24)\n'
-     '#define LTX_REGS32 \\\n'
-     '  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \\\n'
-     '  "%24, %25, %26, %27, %28, %29, %30, %31"\n'
-     "template <int BN, bool kAccumulate>\n"),
-    ("  if constexpr (BN == 128) {\n    asm volatile(LTX_WGMMA(128,",
-     '  if constexpr (BN == 64) {\n'
-     '    asm volatile(LTX_WGMMA(64, LTX_REGS32, "%32", "%33", "%34") : LTX_ACC32("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
-     "  } else if constexpr (BN == 128) {\n    asm volatile(LTX_WGMMA(128,"),
-    ("    } else if constexpr (BM == 128 && BN == 128) {\n", "    } else if constexpr (BM == 128 && BN <= 128) {\n"),
-    ("    case 1281281: return", "    case 1280641: return launch_any_k<128, 64, 1>(p, a, lda, b, ldb, num_sms, stream);\n    case 1281281: return"),
-]
-
-
 # B's scales stored into the ring by the producer thread itself (loaded from global memory one K
 # block ahead, st.shared, then a plain mbarrier arrive, which releases the stores) instead of
 # 4-byte cp.async copies: the ring's B-scale slot is then ordered by the empty / full barriers in a
@@ -161,12 +137,8 @@ C192 = [
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
-    # two consumers: 48 registers for the producer instead of 40 (128 * 48 + 256 * 232 = 65536), which
-    # removes most of the 2-CTA builds' spills (they are in the producer)
-    "n64": N64,
     "c192": C192,
     "sbst": SBST,
-    "regs48": [("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 48>();\n")],
     "rank0a": RANK0A,
     "gsb": GSB,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
@@ -197,7 +169,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, n64, sbst, regs48, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, sbst, rank0a, gsb)")
     return src[:body_start] + body + src[end:]
 
 

@@ -25,8 +25,8 @@ struct Params {
 };
 
 // Output tile and cluster of one kernel instantiation: (block_m, block_n, cluster) is one of
-// (128, 128, 1 or 2), (128, 192, 1), (192, 128, 1), (256, 128, 1 or 2). cluster 2 pairs horizontally adjacent tiles
-// that share (and multicast) their A tile.
+// (128, 64, 1), (128, 128, 1 or 2), (128, 192, 1), (192, 128, 1), (256, 128, 1 or 2). cluster 2
+// pairs horizontally adjacent tiles that share (and multicast) their A tile.
 struct TileConfig {
   int block_m, block_n, cluster;
 };

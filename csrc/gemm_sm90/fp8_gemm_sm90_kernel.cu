@@ -1,24 +1,24 @@
 // Blockwise FP8 GEMM for sm_90a: D[M, N] (bf16) = sum_kb sa[m, kb] * sb[n/128, kb] * (A_kb . B_kb^T) + bias.
 //
 // Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
-// BM x BN (BM = 128, 192 or 256, BN = 128 or 192), grouped so that neighbouring CTAs share B panels
-// in L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and B tiles (128-byte
-// swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of B's 128x128
-// scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER = 2 the two
-// CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half of the A
-// tile and multicasts it to both; consumers then release a stage to both CTAs' producers.
-// The other warpgroups are consumers: two with BM/2 rows each (three of 64 rows for BM = 192),
-// done as waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3,
-// fp32 accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's
-// scales (both read from the stage in shared memory), so nothing accumulates in the tensor cores'
-// reduced precision beyond one 128-K block. The consumers run unsynchronized with each other, so
-// one promotes while another's wgmma run. A tile's epilogue runs after the next tile's first wave is
+// BM x BN (BM = 128, 192 or 256; BN = 128, or 64 / 192 with BM = 128), grouped so that neighbouring
+// CTAs share B panels in L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and
+// B tiles (128-byte swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of
+// B's 128x128 scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER
+// = 2 the two CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half
+// of the A tile and multicasts it to both; consumers then release a stage to both CTAs' producers.
+// The other warpgroups are consumers: two with BM/2 rows each (three of 64 rows for BM = 192), done
+// as waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32
+// accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's scales
+// (both read from the stage in shared memory), so nothing accumulates in the tensor cores' reduced
+// precision beyond one 128-K block. The consumers run unsynchronized with each other, so one
+// promotes while another's wgmma run. A tile's epilogue runs after the next tile's first wave is
 // issued, under its wgmma; the consumer loop is one of three (whole ring, two accumulators at
-// 128x128, any-K stream), chosen per instantiation and by K (see there). Epilogue: fp32 bias (loaded when the tile begins),
-// one bf16 rounding, the tile staged in shared memory as 64x64 TMA boxes (128-byte swizzle: no
-// bank conflicts) and stored by TMA, which clips rows past M, while the consumers go on. TMA
-// zero-fills operand rows past M / N. N and K must be multiples of 128 (checked on the host, in
-// Python).
+// 128x128 and 128x64, any-K stream), chosen per instantiation and by K (see there). Epilogue: fp32
+// bias (loaded when the tile begins), one bf16 rounding, the tile staged in shared memory as 64x64
+// TMA boxes (128-byte swizzle: no bank conflicts) and stored by TMA, which clips rows past M, while
+// the consumers go on. TMA zero-fills operand rows past M / N. N and K must be multiples of 128
+// (checked on the host, in Python).
 #include "fp8_gemm_sm90.h"
 
 #include <cuda_bf16.h>
@@ -36,7 +36,7 @@ constexpr int kSmemLimit = 232448;  // sm_90 opt-in maximum per block (227 KB)
 template <int BM, int BN, int CLUSTER>
 struct Config {
   static_assert(BM == 128 || BM == 192 || BM == 256, "BM is 128, 192 or 256");
-  static_assert(BN == 128 || (BN == 192 && BM == 128), "BN is 128, or 192 with BM = 128 (registers)");
+  static_assert(BN == 128 || ((BN == 64 || BN == 192) && BM == 128), "BN is 128, or 64 / 192 with BM = 128");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
   static_assert(BM != 192 || CLUSTER == 1, "BM = 192 runs without clusters");
   // BM = 192: three consumer warpgroups of 64 rows (the register file holds three at 160
@@ -222,17 +222,18 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
 // written), also for a block's first wgmma with scale-d = 0: "=f" would let ptxas give the new
 // block other registers while the previous block's values are still live, and spill.
 #define LTX_ACC8(C, i) C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
-#define LTX_ACC64(C) \
-  LTX_ACC8(C, 0), LTX_ACC8(C, 8), LTX_ACC8(C, 16), LTX_ACC8(C, 24), LTX_ACC8(C, 32), LTX_ACC8(C, 40), LTX_ACC8(C, 48), \
-      LTX_ACC8(C, 56)
+#define LTX_ACC32(C) LTX_ACC8(C, 0), LTX_ACC8(C, 8), LTX_ACC8(C, 16), LTX_ACC8(C, 24)
+#define LTX_ACC64(C) LTX_ACC32(C), LTX_ACC8(C, 32), LTX_ACC8(C, 40), LTX_ACC8(C, 48), LTX_ACC8(C, 56)
 #define LTX_ACC96(C) LTX_ACC64(C), LTX_ACC8(C, 64), LTX_ACC8(C, 72), LTX_ACC8(C, 80), LTX_ACC8(C, 88)
 #define LTX_WGMMA(N, REGS, DESC_A, DESC_B, SCALE_D) \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"   \
   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, " DESC_A ", " DESC_B ", p, 1, 1;\n}\n"
-#define LTX_REGS64 \
+#define LTX_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
-  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define LTX_REGS64 \
+  LTX_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
+             "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define LTX_REGS96                                                                                                  \
   LTX_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, " \
              "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
@@ -241,10 +242,12 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
 template <int BN, bool kAccumulate>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
   constexpr int scale_d = kAccumulate ? 1 : 0;
-  if constexpr (BN == 128) {
+  if constexpr (BN == 64) {
+    asm volatile(LTX_WGMMA(64, LTX_REGS32, "%32", "%33", "%34") : LTX_ACC32("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else if constexpr (BN == 128) {
     asm volatile(LTX_WGMMA(128, LTX_REGS64, "%64", "%65", "%66") : LTX_ACC64("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   } else {
-    static_assert(BN == 192, "wgmma n128 or n192");
+    static_assert(BN == 192, "wgmma n64, n128 or n192");
     asm volatile(LTX_WGMMA(192, LTX_REGS96, "%96", "%97", "%98") : LTX_ACC96("+f") : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
 }
@@ -556,12 +559,13 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
             block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
           }
       if (my_units > 0) epilogue();
-    } else if constexpr (BM == 128 && BN == 128) {
+    } else if constexpr (BM == 128 && BN <= 128) {
       // 128x128 (one wave a consumer) with two accumulators: block g + 1 is issued before block g
       // is waited for (wgmma.wait_group 1) and promoted, so the tensor cores have this consumer's
       // next block while it promotes. Unrolled by two so each accumulator keeps its registers (a
       // loop-carried accumulator in flight makes ptxas serialize the wgmma). Measured 8-13 %
-      // faster at M = 256-1024 (docs/sm90-gemm.md, "Two accumulators at 128x128").
+      // faster at M = 256-1024 (docs/sm90-gemm.md, "Two accumulators at 128x128"). 128x64 runs the
+      // same loop: twice the tiles, for small M where 128x128 leaves SMs idle.
       float acc1[BN / 2];
       int kb = 0;  // K block of the current tile
       auto step = [&](float (&cur)[BN / 2], Scales& sc_cur, float (&nxt)[BN / 2], Scales& sc_nxt, bool more) {
@@ -829,13 +833,14 @@ const char* launch(const Params& p, const void* a, int64_t lda, const void* b, i
                    int num_sms, cudaStream_t stream) {
   const int key = cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster;
   switch (key) {
+    case 1280641: return launch_any_k<128, 64, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 1281281: return launch_any_k<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 1281282: return launch_any_k<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
     case 1281921: return launch_any_k<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 1921281: return launch_any_k<192, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 2561281: return launch_any_k<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
     case 2561282: return launch_any_k<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
-    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
+    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,64,1), (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
   }
 }
 
@@ -843,6 +848,7 @@ int smem_bytes(const TileConfig& cfg) {
   if (cfg.block_m == 256) return Config<256, 128, 1>::kSmemBytes;
   if (cfg.block_m == 192) return Config<192, 128, 1>::kSmemBytes;
   if (cfg.block_n == 192) return Config<128, 192, 1>::kSmemBytes;
+  if (cfg.block_n == 64) return Config<128, 64, 1>::kSmemBytes;
   return Config<128, 128, 1>::kSmemBytes;
 }
 
@@ -850,6 +856,7 @@ int stages(const TileConfig& cfg) {
   if (cfg.block_m == 256) return Config<256, 128, 1>::kStages;
   if (cfg.block_m == 192) return Config<192, 128, 1>::kStages;
   if (cfg.block_n == 192) return Config<128, 192, 1>::kStages;
+  if (cfg.block_n == 64) return Config<128, 64, 1>::kStages;
   return Config<128, 128, 1>::kStages;
 }
 
