@@ -5,8 +5,8 @@ NAME:VARIANT spec.
 
     python tools/sm90_kernel_variant.py VARIANT SRC_DIR DST_DIR
 
-Variants, joined with "+" to combine (the first two compute wrong results on purpose: the
-harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the check):
+Variants, joined with "+" to combine (nopromote, fadd and nosb compute wrong results on purpose:
+the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the check):
   nopromote  no promotion; a never-taken branch keeps the wgmma results live
   fadd       total += acc: an unscaled fp32 add per element, as a tensorwise GEMM promotes
   muladd     the scaling as FMUL then FADD (two 2-operand instructions) instead of one FFMA
@@ -17,6 +17,9 @@ harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips the c
   c192       192x128 in 2-CTA clusters (lib:NAME@192x128x2), producer 40 / consumers 152 registers
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
              loading half)
+  nosb       no B scales in the ring: the full barrier waits for the TMA bytes alone and every block
+             uses one B scale read once per CTA (timing only: is the 4-byte copy on the ring's
+             critical path?)
   gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
              they acquire) instead of 4-byte cp.async copies into the ring; the full barrier then
              has one arrival (the producer's expect-tx)
@@ -95,6 +98,17 @@ GSB = [
 ]
 
 
+# No B scales in the ring (timing only, wrong results): the producer's 4-byte copies and their
+# arrival go, the full barrier counts the expect-tx arrive alone, and the consumers use one scale
+# read once per CTA (a register the compiler cannot fold, so the promotion's math is unchanged).
+NOSB = GSB[:4] + [
+    ("    auto acquire = [&](Scales& sc) {\n",
+     "    const float sb_fixed = ldg_ordered(p.sb);\n    auto acquire = [&](Scales& sc) {\n"),
+    ("      sc.b[0] = lds_ordered(&s.sb[stage][0]);\n      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;\n",
+     "      sc.b[0] = sb_fixed;\n      sc.b[1] = BN > 128 ? sb_fixed : 0.f;\n"),
+]
+
+
 # B's scales stored into the ring by the producer thread itself (loaded from global memory one K
 # block ahead, st.shared, then a plain mbarrier arrive, which releases the stores) instead of
 # 4-byte cp.async copies: the ring's B-scale slot is then ordered by the empty / full barriers in a
@@ -141,6 +155,7 @@ REPLACEMENTS = {
     "sbst": SBST,
     "rank0a": RANK0A,
     "gsb": GSB,
+    "nosb": NOSB,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
@@ -169,7 +184,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, sbst, rank0a, gsb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, sbst, rank0a, gsb, nosb)")
     return src[:body_start] + body + src[end:]
 
 
