@@ -3,9 +3,10 @@
 #   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
 #   build,tests,properties,sm90,memcheck,warmup,probe,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). properties: the property tests under the gpu
-#   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU: its four
-#   slowest tests take 3-6 minutes each, so they need their own workers (PROPERTIES_TIMEOUT, 540 s,
-#   then SIGINT: pytest still prints what passed, failed and the slowest tests). sm90: the SM90 GEMM's tests, every tile config
+#   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU (beside
+#   the GPU suite its four slowest tests took 3-6 minutes each; PROPERTIES_WORKERS, 8;
+#   PROPERTIES_TIMEOUT, 540 s, then SIGINT: pytest still prints what passed, failed and the
+#   slowest tests). sm90: the SM90 GEMM's tests, every tile config
 #   next to cuBLAS (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per eager call.
 #   standalone: prebuilt standalone SM90 binaries (tools/sm90_build_standalone.sh into
 #   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
@@ -74,7 +75,7 @@ if has properties; then
   built
   stamp properties
   LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "${PROPERTIES_TIMEOUT:-540}" python3 -m pytest tests/test_properties.py \
-    -v -n 14 -p no:cacheprovider --durations=20 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties rc=$? (124: stopped)"
+    -v -n "${PROPERTIES_WORKERS:-8}" -p no:cacheprovider --durations=20 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties rc=$? (124: stopped)"
   echo "$(grep -c ' PASSED' "$OUTDIR/properties_gpu.log") passed, $(grep -c ' FAILED' "$OUTDIR/properties_gpu.log") failed"
   tail -1 "$OUTDIR/properties_gpu.log"
 fi
