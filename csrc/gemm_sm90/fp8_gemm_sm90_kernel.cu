@@ -4,9 +4,10 @@
 // BM x BN (BM = 128, 192 or 256; BN = 128, or 64 / 192 with BM = 128), grouped so that neighbouring
 // CTAs share B panels in L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and
 // B tiles (128-byte swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of
-// B's 128x128 scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With CLUSTER
-// = 2 the two CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads half
-// of the A tile and multicasts it to both; consumers then release a stage to both CTAs' producers.
+// B's 128x128 scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With
+// CLUSTER = 2 the two CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads
+// half of the A tile and multicasts it to both; consumers then release a stage to both CTAs'
+// producers.
 // The other warpgroups are consumers: two with BM/2 rows each (three of 64 rows for BM = 192), done
 // as waves of 64 rows: per 128-wide K block a wave runs four wgmma m64nBNk32 (e4m3 x e4m3, fp32
 // accumulate) into a fresh accumulator and promotes it into the fp32 total with the block's scales
