@@ -100,7 +100,8 @@ def test_tile_configs(cfg, m, n, k):
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
 
-@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (192, 128, 1), (128, 192, 1), (128, 128, 2), (128, 64, 1)],
+@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (192, 128, 1), (128, 192, 1), (128, 128, 2),
+                                 (128, 64, 1)],
                          ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("splits", [2, 4])
 @pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True)])
