@@ -20,6 +20,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   nosb       no B scales in the ring: the full barrier waits for the TMA bytes alone and every block
              uses one B scale read once per CTA (timing only: is the 4-byte copy on the ring's
              critical path?)
+  tsb        B's 128x128 scales loaded by TMA (a 16-byte box of 4 K blocks of the tile's one or two
+             scale rows per stage, of which the stage uses the first) instead of 4-byte cp.async
+             copies: the full barrier counts the expect-tx arrive alone, and racecheck does not see
+             the asynchronous proxy's writes. Needs B's scales with a K stride of 1 and 16-byte
+             rows (K / 128 a multiple of 4, every LTX-2 shape); the launcher refuses others
   gsb        B's 128x128 scales read by the consumers from global memory (a cursor over the blocks
              they acquire) instead of 4-byte cp.async copies into the ring; the full barrier then
              has one arrival (the producer's expect-tx)
@@ -109,6 +114,46 @@ NOSB = GSB[:4] + [
 ]
 
 
+# B's scales by TMA: a [N/128, K/128] tensor map over sb with a box of 4 K blocks (16 bytes, the
+# TMA's least inner box) and the tile's one or two scale rows, one box per stage into a 128-byte
+# aligned slot; the consumers read element 0 (and 4, the second row). Boxes past the matrix's
+# edge arrive zero-filled and are counted, as the operand boxes are.
+TSB = [
+    ("    float sb[kStages][2];   // the stage's 128x128 scales of the tile's first (and second) column block\n",
+     "    alignas(128) float sb[kStages][32];  // a TMA box of the tile's one or two scale rows, 4 K blocks each\n"),
+    ("      mbar_init(&s.full[i], 2);", "      mbar_init(&s.full[i], 1);"),
+    ("          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes);\n",
+     "          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes + (BN > 128 ? 32 : 16));\n"),
+    ("""          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
+          if constexpr (BN > 128) cp_async_4(&s.sb[stage][1], sb1 + kb * p.sb_sk);
+          cp_async_arrive(&s.full[stage]);
+""", "          tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb, nb0);\n"),
+    ("""        const float* sb0 = p.sb + nb0 * p.sb_sn;
+        const float* sb1 = p.sb + nb1 * p.sb_sn;
+""", ""),
+    ("        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);\n",
+     "        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1);\n"),
+    ("      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;\n",
+     "      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][4]) : 0.f;\n"),
+    ("const __grid_constant__ CUtensorMap tma_sa, Params p)",
+     "const __grid_constant__ CUtensorMap tma_sa,\n                    const __grid_constant__ CUtensorMap tma_sb, Params p)"),
+    ("    prefetch_map(&tma_sa);\n", "    prefetch_map(&tma_sa);\n    prefetch_map(&tma_sb);\n"),
+    ("  CUtensorMap ma, mb, md, msa;\n", "  CUtensorMap ma, mb, md, msa, msb;\n"),
+    ("""                               CU_TENSOR_MAP_SWIZZLE_NONE))
+    return e;
+""", """                               CU_TENSOR_MAP_SWIZZLE_NONE))
+    return e;
+  if (p.sb_sk != 1 || (p.sb_sn * 4) % 16 != 0 || reinterpret_cast<uintptr_t>(p.sb) % 16 != 0)
+    return "tsb: B's scales need a K stride of 1, 16-byte rows and a 16-byte aligned base";
+  if (const char* e = make_map(&msb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sb, p.N / 128, p.K / BK, p.sb_sn * 4, 4,
+                               BN > 128 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return e;
+"""),
+    ("<<<grid, threads, smem, stream>>>(ma, mb, md, msa, p);", "<<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, p);"),
+    ("fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, p)", "fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p)"),
+]
+
+
 # B's scales stored into the ring by the producer thread itself (loaded from global memory one K
 # block ahead, st.shared, then a plain mbarrier arrive, which releases the stores) instead of
 # 4-byte cp.async copies: the ring's B-scale slot is then ordered by the empty / full barriers in a
@@ -156,6 +201,7 @@ REPLACEMENTS = {
     "rank0a": RANK0A,
     "gsb": GSB,
     "nosb": NOSB,
+    "tsb": TSB,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
@@ -184,7 +230,7 @@ def rewrite(src: str, variant: str) -> str:
     elif variant == "muladd":
         body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
     else:
-        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, sbst, rank0a, gsb, nosb)")
+        raise SystemExit(f"unknown variant {variant!r} (nopromote, fadd, muladd, boxes, c192, sbst, rank0a, gsb, nosb, tsb)")
     return src[:body_start] + body + src[end:]
 
 
