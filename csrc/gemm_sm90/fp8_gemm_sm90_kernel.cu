@@ -845,20 +845,24 @@ const char* launch(const Params& p, const void* a, int64_t lda, const void* b, i
   }
 }
 
+namespace {
+// A tile config's Config (its shared memory and ring do not depend on the cluster size).
+template <typename F>
+int with_config(const TileConfig& cfg, F f) {
+  if (cfg.block_m == 256) return f(Config<256, 128, 1>{});
+  if (cfg.block_m == 192) return f(Config<192, 128, 1>{});
+  if (cfg.block_n == 192) return f(Config<128, 192, 1>{});
+  if (cfg.block_n == 64) return f(Config<128, 64, 1>{});
+  return f(Config<128, 128, 1>{});
+}
+}  // namespace
+
 int smem_bytes(const TileConfig& cfg) {
-  if (cfg.block_m == 256) return Config<256, 128, 1>::kSmemBytes;
-  if (cfg.block_m == 192) return Config<192, 128, 1>::kSmemBytes;
-  if (cfg.block_n == 192) return Config<128, 192, 1>::kSmemBytes;
-  if (cfg.block_n == 64) return Config<128, 64, 1>::kSmemBytes;
-  return Config<128, 128, 1>::kSmemBytes;
+  return with_config(cfg, [](auto c) { return decltype(c)::kSmemBytes; });
 }
 
 int stages(const TileConfig& cfg) {
-  if (cfg.block_m == 256) return Config<256, 128, 1>::kStages;
-  if (cfg.block_m == 192) return Config<192, 128, 1>::kStages;
-  if (cfg.block_n == 192) return Config<128, 192, 1>::kStages;
-  if (cfg.block_n == 64) return Config<128, 64, 1>::kStages;
-  return Config<128, 128, 1>::kStages;
+  return with_config(cfg, [](auto c) { return decltype(c)::kStages; });
 }
 
 }  // namespace ltx_gemm_sm90
