@@ -6,8 +6,9 @@
 #   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU (beside
 #   the GPU suite its four slowest tests took 3-6 minutes each; PROPERTIES_WORKERS, 8;
 #   PROPERTIES_TIMEOUT, 540 s, then SIGINT: pytest still prints what passed, failed and the
-#   slowest tests). sm90: the SM90 GEMM's tests, every tile config
-#   next to cuBLAS (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per eager call.
+#   slowest tests). sm90: the SM90 GEMM's tests, every tile config next to cuBLAS
+#   (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per
+#   eager call.
 #   standalone: prebuilt standalone SM90 binaries (tools/sm90_build_standalone.sh into
 #   $SM90_BIN, default .carry/sm90bin) over shapes and configs, burst and sustained.
 #   ncu: Nsight Compute of standalone binaries and cuBLAS (tools/ncu_gemm.sh, $NCU_RUNS).
