@@ -137,6 +137,16 @@ def test_split_k_bad_count_is_refused():
         mod.fp8_gemm_nt(qa, sa, qb, sb, None, out, 128, 128, 1, 2)  # 3 K blocks
 
 
+@pytest.mark.parametrize("cfg", [(128, 96, 1), (192, 128, 2), (64, 64, 1)])
+def test_unsupported_tile_config_is_refused(cfg):
+    """A (block_m, block_n, cluster) the extension was not built for: an error naming the ones it has."""
+    mod = _ext.load("_C_gemm_sm90")[0]
+    qa, sa, qb, sb = gemm_operands(64, 128, 384, "cuda")
+    out = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"unsupported tile config.*\(128,64,1\)"):
+        mod.fp8_gemm_nt(qa, sa, qb, sb, None, out, *cfg, 1)
+
+
 def test_output_view_with_row_stride():
     """out a column slice of a wider tensor (row stride != N): only its columns are written."""
     qa, sa, qb, sb = gemm_operands(300, 256, 512, "cuda")
