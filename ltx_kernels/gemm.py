@@ -185,6 +185,16 @@ def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
     return ref.empty_aligned_scales(m, kb, sa.device, zero=False).copy_(sa)
 
 
+def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
+    """sb as the SM90 kernel's TMA reads it: K-block stride 1, row stride a multiple of 4, 16-byte
+    aligned base (what the weight quantizers write when K / 128 is a multiple of 4, as at every
+    LTX-2 shape); any other layout is copied into that one."""
+    nb, kb = sb.shape
+    if (kb == 1 or sb.stride(1) == 1) and (nb == 1 or sb.stride(0) % 4 == 0) and sb.data_ptr() % 16 == 0:
+        return sb
+    return torch.empty(nb, ref.align4(kb), dtype=torch.float32, device=sb.device)[:, :kb].copy_(sb)
+
+
 @gemm_op.register("cuda", reasons=_cuda_reasons)
 def _gemm_cuda(a, sa, b, sb, bias, d):
     mod, _ = _ext.load("_C_gemm_sm90")
@@ -192,9 +202,9 @@ def _gemm_cuda(a, sa, b, sb, bias, d):
     sms = _num_sms(a.device.index or 0)
     cfg = sm90_tile_config(m, b.shape[0], sms, k)
     splits = sm90_split_k(m, b.shape[0], k, cfg, sms)
-    sa_tma = _tma_scales(sa)
-    mod.fp8_gemm_nt(a, sa_tma, b, sb, bias, d, *cfg, splits)
-    if sa_tma is sa:  # (a copy would be needed again on every call)
+    sa_tma, sb_tma = _tma_scales(sa), _tma_weight_scales(sb)
+    mod.fp8_gemm_nt(a, sa_tma, b, sb_tma, bias, d, *cfg, splits)
+    if sa_tma is sa and sb_tma is sb:  # (a copy would be needed again on every call)
         _plans.offer(_plan(lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, *cfg, splits),
                            d.shape, d.device))
 

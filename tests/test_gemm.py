@@ -251,3 +251,23 @@ def test_config_too_big_for_the_gpu_shrinks(device, monkeypatch):
     tried.clear()
     kg.fp8_gemm_nt(qa, sa, qb, sb, None, d, cfg=big)
     assert len(tried) == 1 and tried[0]["BLOCK_N"] == 64
+
+
+@pytest.mark.parametrize("kb", [1, 3, 4, 5, 32])
+@pytest.mark.parametrize("layout", ["contiguous", "k_major", "offset_base"])
+def test_sm90_weight_scales_layout(kb, layout):
+    """The SM90 kernel reads B's scales with TMA (unit K-block stride, row stride a multiple of 4,
+    16-byte aligned base). Layouts it can read pass through (no copy per call); any other is copied
+    into one it can, same values."""
+    nb = 3
+    sb = torch.rand(nb, kb) + 0.5
+    if layout == "k_major":
+        sb = sb.t().contiguous().t()
+    elif layout == "offset_base":
+        sb = torch.cat([torch.zeros(1), sb.flatten()])[1:].view(nb, kb)
+    tma = gemm._tma_weight_scales(sb)
+    assert torch.equal(tma, sb)
+    assert tma.stride(1) == 1 or kb == 1
+    assert tma.stride(0) % 4 == 0 and tma.data_ptr() % 16 == 0
+    readable = layout == "contiguous" and kb % 4 == 0
+    assert (tma is sb) == readable

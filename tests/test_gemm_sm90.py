@@ -49,6 +49,28 @@ def test_scales_the_tma_cannot_read_are_copied(layout):
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
 
 
+@pytest.mark.parametrize("layout", ["k_major", "unaligned_base", "row_stride_5"])
+def test_weight_scales_the_tma_cannot_read_are_copied(layout):
+    # the kernel reads sb with TMA (unit K-block stride, row stride a multiple of 4, 16-byte aligned);
+    # other layouts go through a copy. K / 128 = 5: the 16-byte runs of K blocks straddle rows.
+    m, n, k = 200, 384, 640
+    qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+    sb = sb * torch.rand_like(sb).add(0.5)
+    if layout == "k_major":
+        view = torch.full((k // 128, n // 128), float("nan"), device="cuda").t()
+    elif layout == "unaligned_base":
+        view = torch.full((n // 128, 9), float("nan"), device="cuda")[:, 1:1 + k // 128]  # row stride 9
+    else:
+        view = torch.full((n // 128, k // 128), float("nan"), device="cuda")
+    view.copy_(sb)
+    assert lk.gemm._tma_weight_scales(view) is not view
+    out = lk.fp8_gemm_nt(qa, sa, qb, view, backend="cuda")
+    assert rel_err(out, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
+    mod = _ext.load("_C_gemm_sm90")[0]
+    with pytest.raises(RuntimeError, match="sb must have a unit K-block stride"):
+        mod.fp8_gemm_nt(qa, sa, qb, view, None, out, 128, 128, 1, 1)
+
+
 def test_saturated_operands_do_not_overflow():
     m, n, k = 128, 256, 4096
     qa = torch.full((m, k), 448.0, device="cuda").to(torch.float8_e4m3fn)
@@ -95,7 +117,7 @@ def test_tile_configs(cfg, m, n, k):
     sb = sb * torch.rand_like(sb).add(0.5)  # distinct scales per 128-column block
     bias = torch.randn(n, device="cuda")
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, *cfg)
+    mod.fp8_gemm_nt(qa, sa, qb, lk.gemm._tma_weight_scales(sb), bias, out, *cfg)
     assert torch.isfinite(out.float()).all(), "output not fully written"
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
 
@@ -115,7 +137,7 @@ def test_split_k(cfg, splits, m, n, k, with_bias):
     big = torch.full((m, n + 256), 7.0, device="cuda", dtype=torch.bfloat16)
     out = big[:, 128:128 + n]
     out.fill_(float("nan"))
-    mod.fp8_gemm_nt(qa, sa, qb, sb, bias, out, *cfg, splits)
+    mod.fp8_gemm_nt(qa, sa, qb, lk.gemm._tma_weight_scales(sb), bias, out, *cfg, splits)
     assert torch.isfinite(out.float()).all(), "output not fully written"
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
     assert (big[:, :128] == 7).all() and (big[:, 128 + n:] == 7).all()

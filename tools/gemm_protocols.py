@@ -162,6 +162,7 @@ def main():
         torch.manual_seed(0)
         qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
         qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+        sb_tma = lk.gemm._tma_weight_scales(sb)  # as the SM90 kernel reads it (a copy where K / 128 % 4)
         bias = torch.randn(n, device="cuda")
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         sa_m = sa.t().contiguous().t()  # cuBLAS wants the scales M-major (outside the timing)
@@ -174,13 +175,13 @@ def main():
                 name, cfg = be[4:].split("@")
                 cfg = tuple(int(v) for v in cfg.split("x"))
                 outs[be] = torch.empty_like(d)
-                fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be]: call(qa, sa, qb, sb, bias, out, cfg)
+                fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be]: call(qa, sa, qb, sb_tma, bias, out, cfg)
             elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster),
                 # cuda@128x128x1/4 with 4 K slices
                 spec, _, splits = be.split("@")[1].partition("/")
                 cfg = tuple(int(v) for v in spec.split("x"))
                 mod = lk._ext.load("_C_gemm_sm90")[0]
-                fns[be] = lambda cfg=cfg, s=int(splits or 1), mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, s)
+                fns[be] = lambda cfg=cfg, s=int(splits or 1), mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *cfg, s)
             else:
                 fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
         anchors = {"cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16),

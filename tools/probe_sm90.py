@@ -82,7 +82,7 @@ def main():
             if isinstance(cfg, str):
                 fn = lambda b=cfg: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=b)  # noqa: E731
             else:
-                fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg)  # noqa: E731
+                fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, lk.gemm._tma_weight_scales(sb), bias, d, *cfg)  # noqa: E731
             try:
                 d.fill_(float("nan"))
                 fn()

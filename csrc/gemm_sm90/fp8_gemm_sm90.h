@@ -11,8 +11,8 @@ namespace ltx_gemm_sm90 {
 struct Params {
   const float* sa;  // sa[m + kb * sa_sk]: 1x128 activation scales, M-major (read with TMA: 16-byte
   int64_t sa_sk;    // aligned base, sa_sk a multiple of 4), the layout quantize_blockwise writes
-  const float* sb;  // sb[nb * sb_sn + kb * sb_sk]: 128x128 weight scales
-  int64_t sb_sn, sb_sk;
+  const float* sb;  // sb[nb * sb_sn + kb * sb_sk]: 128x128 weight scales (read with TMA: 16-byte
+  int64_t sb_sn, sb_sk;  // aligned base, sb_sk 1 and sb_sn a multiple of 4 where those blocks exist)
   const float* bias;  // fp32 [N] or nullptr
   __nv_bfloat16* d;   // [M, N], row stride ldd (elements)
   int64_t ldd;

@@ -3,8 +3,9 @@
 // Persistent and warp-specialized, in the style of DeepGEMM. One CTA per SM walks output tiles of
 // BM x BN (BM = 128, 192 or 256; BN = 128, or 64 / 192 with BM = 128), grouped so that neighbouring
 // CTAs share B panels in L2. Warpgroup 0 is the producer: one thread issues TMA loads of the A and
-// B tiles (128-byte swizzle) and of A's 1x128 scales for the tile rows, plus 4-byte async copies of
-// B's 128x128 scales, into a kStages-deep ring guarded by "full" / "empty" mbarriers. With
+// B tiles (128-byte swizzle), of A's 1x128 scales for the tile rows and of B's 128x128 scales (the
+// 16-byte aligned run of 4 K blocks holding the stage's), into a kStages-deep ring guarded by
+// "full" / "empty" mbarriers: every shared-memory write of the ring is the TMA's. With
 // CLUSTER = 2 the two CTAs of a cluster take horizontally adjacent tiles (same rows of A): each loads
 // half of the A tile and multicasts it to both; consumers then release a stage to both CTAs'
 // producers.
@@ -67,7 +68,9 @@ struct Config {
     uint8_t b[kStages][BN * BK];
     uint8_t staging[kConsumers][kStagingBoxes][kBoxBytes];
     float sa[kStages][BM];  // the tile rows' 1x128 scales of each stage's K block
-    float sb[kStages][2];   // the stage's 128x128 scales of the tile's first (and second) column block
+    // the stage's B-scale box: 4 K blocks of the tile's first (and, BN = 192, second) 128-column
+    // block, the row's 16-byte aligned run holding the stage's K block
+    alignas(128) float sb[kStages][32];
     float bias[kConsumers][BN];  // each consumer's copy of the tile's bias, for its epilogue
     uint64_t full[kStages];
     uint64_t empty[kStages];
@@ -127,15 +130,6 @@ __device__ __forceinline__ float ldg_ordered(const float* ptr) {
 
 __device__ __forceinline__ void sts_ordered(float* ptr, float v) {
   asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
-}
-
-// A 4-byte asynchronous copy from global to shared memory, and an arrive on `bar` once every such
-// copy this thread has issued so far has landed (.noinc: counted as one of the expected arrivals).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
 __device__ __forceinline__ float lds_ordered(const float* ptr) {
@@ -275,12 +269,14 @@ __device__ __forceinline__ void unit_coords(int unit, int num_m, int num_groups,
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
 __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                    const __grid_constant__ CUtensorMap tma_d, const __grid_constant__ CUtensorMap tma_sa, Params p) {
+                    const __grid_constant__ CUtensorMap tma_d, const __grid_constant__ CUtensorMap tma_sa,
+                    const __grid_constant__ CUtensorMap tma_sb, Params p) {
   using Cfg = Config<BM, BN, CLUSTER>;
   constexpr int kStages = Cfg::kStages, kWaves = Cfg::kWaves;
   constexpr int kConsumers = Cfg::kConsumers, kRowsC = Cfg::kRowsPerConsumer;
   constexpr int NJ = BN / 8;        // 8-column chunks of a wgmma accumulator row
   constexpr int kRowsA = BM / CLUSTER;  // rows of the A tile each CTA of a cluster loads
+  constexpr int kSbBoxBytes = (BN > 128 ? 2 : 1) * 16;  // a stage's B-scale box
   using Smem = typename Cfg::Smem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by offsetting smem_raw itself (not by integer arithmetic on its address), so the compiler
@@ -298,13 +294,14 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(&s.full[i], 2);  // the producer's expect-tx arrive and its scale copies' arrive
+      mbar_init(&s.full[i], 1);  // the producer's expect-tx arrive (the TMA's bytes complete it)
       mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
     prefetch_map(&tma_a);
     prefetch_map(&tma_b);
     prefetch_map(&tma_d);
     prefetch_map(&tma_sa);
+    prefetch_map(&tma_sb);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
@@ -331,14 +328,12 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         if (a_row >= p.M) a_row = 0;
         int n_blk = n_grp * CLUSTER + rank;
         if (n_blk >= num_n) n_blk = 0;
-        // the weight-scale rows of the tile's first and (BN = 192) second 128-column block
-        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1), nb1 = min(nb0 + 1, nblocks128 - 1);
-        const float* sb0 = p.sb + nb0 * p.sb_sn;
-        const float* sb1 = p.sb + nb1 * p.sb_sn;
+        // the weight-scale row of the tile's first 128-column block (BN = 192: and the next)
+        const int nb0 = min(n_blk * BN / 128, nblocks128 - 1);
         for (int kb = kb0; kb < kb0 + kblocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
           // rows past M / N arrive zero-filled and are still counted
-          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes);
+          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes + kSbBoxBytes);
           if constexpr (CLUSTER > 1)
             tma_load_2d_multicast(&tma_a, &s.full[stage], s.a[stage] + rank * kRowsA * BK, kb * BK, a_row,
                                   static_cast<uint16_t>((1 << CLUSTER) - 1));
@@ -346,11 +341,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
             tma_load_2d(&tma_a, &s.full[stage], s.a[stage], kb * BK, a_row);
           tma_load_2d(&tma_b, &s.full[stage], s.b[stage], kb * BK, n_blk * BN);
           tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);
-          // B's scales (one float, or two for BN = 192) are too small for the TMA: 4-byte async
-          // copies whose completion is the barrier's second arrival
-          cp_async_4(&s.sb[stage][0], sb0 + kb * p.sb_sk);
-          if constexpr (BN > 128) cp_async_4(&s.sb[stage][1], sb1 + kb * p.sb_sk);
-          cp_async_arrive(&s.full[stage]);
+          // The TMA's inner coordinate must be 16-byte aligned: the 4 K blocks from kb & ~3 (the
+          // consumers pick kb & 3). B's scales could be 4-byte cp.async copies into the ring instead
+          // (equal speed), but only the TMA's writes keep racecheck from reporting the ring's reuse.
+          tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb & ~3, nb0);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -380,14 +374,23 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     struct Scales {
       float a[kWaves][2], b[2];
     };
+    // The K block of the next acquire (stages are acquired in the producer's order: unit by unit,
+    // each unit's K blocks in order) and the end of its unit's, to find the block in its B-scale box.
+    int acq_unit = cluster_id, acq_kb = cluster_id % p.splits * kblocks, acq_kb_end = acq_kb + kblocks;
     auto acquire = [&](Scales& sc) {
       mbar_wait(&s.full[stage], phase);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h) sc.a[w][h] = lds_ordered(&s.sa[stage][c * kRowsC + w * 64 + row_in_wave + 8 * h]);
-      sc.b[0] = lds_ordered(&s.sb[stage][0]);
-      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][1]) : 0.f;
+      const int q = acq_kb & 3;
+      sc.b[0] = lds_ordered(&s.sb[stage][q]);
+      sc.b[1] = BN > 128 ? lds_ordered(&s.sb[stage][4 + q]) : 0.f;
+      if (++acq_kb == acq_kb_end) {
+        acq_unit += num_clusters;
+        acq_kb = acq_unit % p.splits * kblocks;
+        acq_kb_end = acq_kb + kblocks;
+      }
     };
     // four wgmma m64nBNk32 of wave w of the acquired stage into `acc` (fresh: scale_d = 0 first)
     // Descriptors of stage 0, advanced by address arithmetic: the address field holds bytes / 16, and
@@ -776,13 +779,20 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
   int max_ctas = 0;
   if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas)) return e;
-  CUtensorMap ma, mb, md, msa;
+  CUtensorMap ma, mb, md, msa, msb;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
   if (const char* e = make_map(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, p.M, p.N, p.ldd * 2, 64, 64)) return e;
   // A's scales as a [K/128, M] row-major matrix (M-major), one BM-wide box per stage
   if (const char* e = make_map(&msa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sa, p.K / BK, p.M, p.sa_sk * 4, BM, 1,
                                CU_TENSOR_MAP_SWIZZLE_NONE))
+    return e;
+  // B's scales as a [N/128, K/128] row-major matrix, 4 K blocks by the tile's 1 or 2 rows a box
+  const int kbs = p.K / BK, nbs = p.N / 128;
+  if ((kbs > 1 && p.sb_sk != 1) || (nbs > 1 && p.sb_sn % 4 != 0) || reinterpret_cast<uintptr_t>(p.sb) % 16 != 0)
+    return "B's scales must have a K stride of 1, a row stride that is a multiple of 4 and a 16-byte aligned base";
+  if (const char* e = make_map(&msb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sb, nbs, kbs, nbs > 1 ? p.sb_sn * 4 : 16, 4,
+                               BN > 128 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return e;
   const int num_n = (p.N + BN - 1) / BN;
   if (p.splits < 1 || (p.K / BK) % p.splits != 0 || (p.splits > 1 && p.ws == nullptr))
@@ -792,11 +802,11 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
   if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, p);
+    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, p);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
   if (p.splits > 1) {

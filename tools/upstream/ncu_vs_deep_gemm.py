@@ -26,6 +26,7 @@ specs = sys.argv[5:]
 torch.manual_seed(0)
 qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
 qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+sb_tma = lk.gemm._tma_weight_scales(sb)  # as the SM90 kernel reads it (a copy where K / 128 % 4)
 bias = torch.randn(n, device="cuda")
 d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
 mod = lk._ext.load("_C_gemm_sm90")[0]
@@ -34,9 +35,9 @@ for spec in specs:
     path, _, cfg = spec.rpartition("@")
     cfg = tuple(int(v) for v in cfg.split("x"))
     if path:
-        runs.append(lambda c=cfg, call=lib_gemm(path): call(qa, sa, qb, sb, bias, d, c))
+        runs.append(lambda c=cfg, call=lib_gemm(path): call(qa, sa, qb, sb_tma, bias, d, c))
     else:
-        runs.append(lambda c=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *c, 1))
+        runs.append(lambda c=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *c, 1))
 runs += [lambda: blockwise_cpp.fp8_gemm_nt_sm90((qa, sa), (qb, sb), d, bias=bias)]
 for r in runs:  # warm-up (skipped by ncu -s)
     r()
