@@ -180,7 +180,7 @@ def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
     """sa as the SM90 kernel's TMA reads it: M-major, 16-byte aligned base and K-block stride (what
     quantize_blockwise writes); any other layout is copied into that one."""
     m, kb = sa.shape
-    if (m == 1 or sa.stride(0) == 1) and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0:
+    if (m == 1 or sa.stride(0) == 1) and sa.stride(1) % 4 == 0 and sa.stride(1) >= m and sa.data_ptr() % 16 == 0:
         return sa
     return ref.empty_aligned_scales(m, kb, sa.device, zero=False).copy_(sa)
 
@@ -188,9 +188,10 @@ def _tma_scales(sa: torch.Tensor) -> torch.Tensor:
 def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
     """sb as the SM90 kernel's TMA reads it: K-block stride 1, row stride a multiple of 4, 16-byte
     aligned base (what the weight quantizers write when K / 128 is a multiple of 4, as at every
-    LTX-2 shape); any other layout is copied into that one."""
+    LTX-2 shape); any other layout (expanded ones too) is copied into that one."""
     nb, kb = sb.shape
-    if (kb == 1 or sb.stride(1) == 1) and (nb == 1 or sb.stride(0) % 4 == 0) and sb.data_ptr() % 16 == 0:
+    rows_ok = nb == 1 or (sb.stride(0) % 4 == 0 and sb.stride(0) >= kb)
+    if (kb == 1 or sb.stride(1) == 1) and rows_ok and sb.data_ptr() % 16 == 0:
         return sb
     return torch.empty(nb, ref.align4(kb), dtype=torch.float32, device=sb.device)[:, :kb].copy_(sb)
 

@@ -254,7 +254,7 @@ def test_config_too_big_for_the_gpu_shrinks(device, monkeypatch):
 
 
 @pytest.mark.parametrize("kb", [1, 3, 4, 5, 32])
-@pytest.mark.parametrize("layout", ["contiguous", "k_major", "offset_base"])
+@pytest.mark.parametrize("layout", ["contiguous", "k_major", "offset_base", "expanded"])
 def test_sm90_weight_scales_layout(kb, layout):
     """The SM90 kernel reads B's scales with TMA (unit K-block stride, row stride a multiple of 4,
     16-byte aligned base). Layouts it can read pass through (no copy per call); any other is copied
@@ -265,9 +265,38 @@ def test_sm90_weight_scales_layout(kb, layout):
         sb = sb.t().contiguous().t()
     elif layout == "offset_base":
         sb = torch.cat([torch.zeros(1), sb.flatten()])[1:].view(nb, kb)
+    elif layout == "expanded":  # one row of scales for every column block: row stride 0
+        sb = sb[:1].expand(nb, kb)
     tma = gemm._tma_weight_scales(sb)
     assert torch.equal(tma, sb)
     assert tma.stride(1) == 1 or kb == 1
     assert tma.stride(0) % 4 == 0 and tma.data_ptr() % 16 == 0
     readable = layout == "contiguous" and kb % 4 == 0
     assert (tma is sb) == readable
+
+
+@pytest.mark.parametrize("m", [1, 5, 130])
+@pytest.mark.parametrize("layout", ["m_major", "row_major", "odd_k_stride", "offset_base", "expanded"])
+def test_sm90_activation_scales_layout(m, layout):
+    """A's scales as the SM90 kernel's TMA reads them: M-major, K-block stride a multiple of 4 and
+    at least M, 16-byte aligned base (what quantize_blockwise writes); others are copied."""
+    from ltx_kernels import reference as ref
+    kb = 3
+    sa = torch.rand(m, kb) + 0.5
+    if layout == "m_major":
+        view = ref.empty_aligned_scales(m, kb, "cpu")
+    elif layout == "row_major":
+        view = torch.empty(m, kb)
+    elif layout == "odd_k_stride":
+        view = torch.empty(kb, m + 1).t()[:m]
+    elif layout == "offset_base":
+        view = torch.empty(kb * ref.align4(m) + 1)[1:].view(kb, ref.align4(m)).t()[:m]
+    else:  # one column of scales for every K block: K-block stride 0
+        view = sa[:, :1].expand(m, kb)
+    if layout != "expanded":
+        view.copy_(sa)
+    tma = gemm._tma_scales(view)
+    assert torch.equal(tma, view)
+    assert (m == 1 or tma.stride(0) == 1) and tma.stride(1) % 4 == 0 and tma.stride(1) >= m
+    assert tma.data_ptr() % 16 == 0
+    assert (tma is view) == (layout == "m_major" or (layout == "odd_k_stride" and (m + 1) % 4 == 0))
