@@ -31,8 +31,8 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   TORCH_CHECK((K == 128 || sb.stride(1) == 1) &&
                   (N == 128 || (sb.stride(0) % 4 == 0 && sb.stride(0) >= K / 128)) &&
                   reinterpret_cast<uintptr_t>(sb.data_ptr()) % 16 == 0,
-              "sb must have a unit K-block stride, a row stride that is a multiple of 4 and a 16-byte aligned base "
-              "(ltx_kernels/gemm.py copies it so)");
+              "sb must have a unit K-block stride, a row stride that is a multiple of 4 (at least K / 128) and a "
+              "16-byte aligned base (ltx_kernels/gemm.py copies it so)");
   p.sa = sa.data_ptr<float>();
   p.sa_sk = sa.stride(1);
   p.sb = sb.data_ptr<float>();
