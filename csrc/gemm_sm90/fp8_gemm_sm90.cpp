@@ -25,14 +25,10 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   TORCH_CHECK(splits >= 1 && (K / 128) % splits == 0, "splits must divide K / 128");
   if (M == 0 || N == 0) return;
   ltx_gemm_sm90::Params p{};
+  // sa's M stride is not in Params, so its layout is checked here; the launcher checks sb's.
   TORCH_CHECK((M == 1 || sa.stride(0) == 1) && sa.stride(1) % 4 == 0 && sa.stride(1) >= M &&
                   reinterpret_cast<uintptr_t>(sa.data_ptr()) % 16 == 0,
               "sa must be M-major with a 16-byte aligned base and K-block stride (ltx_kernels/gemm.py copies it so)");
-  TORCH_CHECK((K == 128 || sb.stride(1) == 1) &&
-                  (N == 128 || (sb.stride(0) % 4 == 0 && sb.stride(0) >= K / 128)) &&
-                  reinterpret_cast<uintptr_t>(sb.data_ptr()) % 16 == 0,
-              "sb must have a unit K-block stride, a row stride that is a multiple of 4 (at least K / 128) and a "
-              "16-byte aligned base (ltx_kernels/gemm.py copies it so)");
   p.sa = sa.data_ptr<float>();
   p.sa_sk = sa.stride(1);
   p.sb = sb.data_ptr<float>();

@@ -791,8 +791,8 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   const int kbs = p.K / BK, nbs = p.N / 128;
   if ((kbs > 1 && p.sb_sk != 1) || (nbs > 1 && (p.sb_sn % 4 != 0 || p.sb_sn < kbs)) ||
       reinterpret_cast<uintptr_t>(p.sb) % 16 != 0)
-    return "B's scales must have a K stride of 1, a row stride that is a multiple of 4 (at least K / 128) and a "
-           "16-byte aligned base";
+    return "sb must have a unit K-block stride, a row stride that is a multiple of 4 (at least K / 128) and a "
+           "16-byte aligned base (ltx_kernels/gemm.py copies it so)";
   if (const char* e = make_map(&msb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sb, nbs, kbs, nbs > 1 ? p.sb_sn * 4 : 16, 4,
                                BN > 128 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return e;
