@@ -59,6 +59,7 @@ def main():
     for m, n, k in shapes:
         qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
         qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+        sb_tma = lk.gemm._tma_weight_scales(sb)  # as the SM90 kernel reads it (a copy where K / 128 % 4)
         bias = torch.randn(n, device="cuda")
         pick = torch.randperm(m, device="cuda")[:256].sort().values
         want = ref.fp8_gemm_nt(qa[pick], sa[pick].contiguous(), qb, sb, bias).float()
@@ -82,7 +83,7 @@ def main():
             if isinstance(cfg, str):
                 fn = lambda b=cfg: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=b)  # noqa: E731
             else:
-                fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, lk.gemm._tma_weight_scales(sb), bias, d, *cfg)  # noqa: E731
+                fn = lambda cfg=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *cfg)  # noqa: E731
             try:
                 d.fill_(float("nan"))
                 fn()
