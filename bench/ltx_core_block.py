@@ -78,7 +78,7 @@ pybind modules do not collide either: upstream binds one class (``All2All``), th
 functions. In-process lets every round visit every entry on the same clock, a few calls each,
 which per-package subprocesses could only approximate with whole alternating runs.
 
-``--profile``: a torch.profiler summary at ``--profile-tokens`` (default: the largest T) per
+``--profile``: a torch.profiler summary at ``--profile-tokens`` (a list; default: the largest T) per
 (variant, package), eager: the top kernels by GPU time per forward and the host (CPU) time per
 forward, printed and stored.
 
@@ -93,6 +93,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import importlib
 import json
 import math
@@ -410,6 +411,16 @@ def mode_callable(entry: Entry, mode: str, inputs: dict):
     raise ValueError(mode)
 
 
+@functools.lru_cache(maxsize=None)
+def clock_sampler():
+    """tools/nvml_clock.py's sampler (one, with its thread, per process) of the SM clock and board power."""
+    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    if tools not in sys.path:
+        sys.path.append(tools)
+    from nvml_clock import ClockSampler
+    return ClockSampler()
+
+
 def time_calls(fn, n: int, device) -> list[float]:
     if device.type != "cuda":  # the CPU path check of --smoke --time
         out = []
@@ -467,21 +478,31 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
             runner._captures.clear()
         return []
     per_round = {e.label: [] for e in entries}
+    mhz, watts = {e.label: [] for e in entries}, {e.label: [] for e in entries}
+    sampler = clock_sampler() if device.type == "cuda" else None
     for r in range(args.rounds):
         k = r % len(entries)
         for e in entries[k:] + entries[:k]:
             pk.activate(e.package_key)
-            ms = time_calls(fns[e.label], args.iters, device)
+            if sampler is None:
+                ms, clock, power = time_calls(fns[e.label], args.iters, device), None, None
+            else:
+                ms, clock, power = sampler.window(lambda fn=fns[e.label]: time_calls(fn, args.iters, device))
             calls[e.label] += ms
             per_round[e.label].append(statistics.median(ms))
+            mhz[e.label].append(clock)
+            watts[e.label].append(power)
     recs = []
     for e in entries:
         recs.append({"variant": e.variant, "package": e.package, "tokens": tokens, "mode": mode,
                      "median_ms": statistics.median(calls[e.label]), "min_ms": min(calls[e.label]),
-                     "round_medians_ms": per_round[e.label], "setup_s": setup[e.label],
+                     "round_medians_ms": per_round[e.label], "round_mhz": mhz[e.label],
+                     "round_watts": watts[e.label], "setup_s": setup[e.label],
                      "vs_eager": vs_eager.get(e.label)})
+        clocks = [c for c in mhz[e.label] if c]
         log(f"  {mode:8s} T={tokens:6d} {e.label:12s} {recs[-1]['median_ms']:9.3f} ms"
-            f"  (setup {setup[e.label]:.1f} s, vs eager {vs_eager.get(e.label, float('nan')):.2e})")
+            + (f" at {statistics.median(clocks):4.0f} MHz" if clocks else "")
+            + f"  (setup {setup[e.label]:.1f} s, vs eager {vs_eager.get(e.label, float('nan')):.2e})")
     for runner in runners:  # free the captured graphs and their static buffers before the next mode
         runner._captures.clear()
     del fns
@@ -497,8 +518,13 @@ def ratios(records: list[dict]) -> list[dict]:
         if p != "ours" or up is None:
             continue
         rr = [a / b for a, b in zip(r["round_medians_ms"], up["round_medians_ms"])]
-        out.append({"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr),
-                    "round_ratios": rr})
+        rec = {"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr), "round_ratios": rr}
+        # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
+        # the power the kernels draw, so this says how much of a time ratio is clock
+        cc = [a / b for a, b in zip(r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
+        if cc:
+            rec["clock_ours_over_upstream"] = statistics.median(cc)
+        out.append(rec)
     return out
 
 
@@ -528,10 +554,18 @@ def profile_entry(entry: Entry, inputs: dict, device, mode: str = "eager", n: in
         host.append((time.perf_counter() - t0) * 1e3)
     sync(device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=acts) as prof:
-        for _ in range(n):
-            fn()
-        sync(device)
+    def forwards():
+        with profile(activities=acts) as prof:
+            for _ in range(n):
+                fn()
+            sync(device)
+        return prof
+
+    mhz = None
+    if device.type == "cuda":
+        prof, mhz, _ = clock_sampler().window(forwards)
+    else:
+        prof = forwards()
     avgs = prof.key_averages()
     kernels = [e for e in avgs if e.device_type == torch.autograd.DeviceType.CUDA and _device_us(e) > 0]
     gpu_total = sum(_device_us(e) for e in kernels) / n / 1e3
@@ -542,6 +576,7 @@ def profile_entry(entry: Entry, inputs: dict, device, mode: str = "eager", n: in
         "mode": mode,
         "host_ms_per_forward": statistics.median(host),
         "gpu_kernel_ms_per_forward": gpu_total,
+        "sm_mhz": mhz,
         "top_kernels": [{"name": e.key, "calls_per_forward": e.count / n, "ms_per_forward": _device_us(e) / n / 1e3}
                         for e in kernels[:top]],
         "top_cpu_ops": [{"name": e.key, "calls_per_forward": e.count / n,
@@ -551,7 +586,8 @@ def profile_entry(entry: Entry, inputs: dict, device, mode: str = "eager", n: in
 
 def print_profile(label: str, tokens: int, p: dict) -> None:
     print(f"\n### profile {label}, T={tokens}, {p.get('mode', 'eager')}: host {p['host_ms_per_forward']:.2f} ms/forward, "
-          f"GPU kernels {p['gpu_kernel_ms_per_forward']:.2f} ms/forward")
+          f"GPU kernels {p['gpu_kernel_ms_per_forward']:.2f} ms/forward"
+          + (f" at {p['sm_mhz']:.0f} MHz (median SM clock)" if p.get("sm_mhz") else ""))
     print("| kernel | calls/fwd | ms/fwd | % |\n|---|---:|---:|---:|")
     tot = p["gpu_kernel_ms_per_forward"] or float("nan")
     for k in p["top_kernels"]:
@@ -626,9 +662,12 @@ def print_tables(res: dict) -> None:
             cells = [f"{by[(v, p, t, m)]['median_ms']:.3f}" if (v, p, t, m) in by else "-" for m in modes]
             print(f"| {v} | {p} | {t} | " + " | ".join(cells) + " |")
         if res["ratios"]:
-            print("\n| variant | T | mode | ours / upstream (median of per-round ratios) |\n|---|---:|---|---:|")
+            print("\n| variant | T | mode | ours / upstream time (median of per-round ratios) | SM clock ours / upstream |"
+                  "\n|---|---:|---|---:|---:|")
             for r in res["ratios"]:
-                print(f"| {r['variant']} | {r['tokens']} | {r['mode']} | {r['ours_over_upstream']:.3f} |")
+                clock = r.get("clock_ours_over_upstream")
+                print(f"| {r['variant']} | {r['tokens']} | {r['mode']} | {r['ours_over_upstream']:.3f} | "
+                      + (f"{clock:.3f} |" if clock else "- |"))
         comp = [r for r in tim if r["mode"] in ("compile", "captured")]
         if comp:
             print("\nfirst call (compile / capture) s: " + ", ".join(
@@ -656,7 +695,7 @@ def parse_args(argv=None):
     ap.add_argument("--iters", type=int, default=5, help="timed calls per entry per round")
     ap.add_argument("--warmup", type=int, default=2, help="calls after the first, before timing")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--profile-tokens", type=int, help="default: the largest of --tokens")
+    ap.add_argument("--profile-tokens", help="token counts profiled, comma-separated (default: the largest of --tokens)")
     ap.add_argument("--profile-mode", default="eager", help="the mode profiled (eager, full, compile, ...)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
@@ -798,7 +837,7 @@ def main(argv=None) -> int:
                                                   compile_config=e.compile_configs[m])
                     except Exception:  # noqa: BLE001
                         failure(res["errors"], f"build {m} {e.label}", log)
-    prof_tokens = args.profile_tokens or max(args.tokens)
+    prof_tokens = {int(t) for t in args.profile_tokens.split(",")} if args.profile_tokens else {max(args.tokens)}
 
     with torch.inference_mode():
         for tokens in args.tokens:
@@ -839,7 +878,7 @@ def main(argv=None) -> int:
                     save()
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
-            if args.profile and tokens == prof_tokens and not over_budget(f"profile T={tokens}"):
+            if args.profile and tokens in prof_tokens and not over_budget(f"profile T={tokens}"):
                 for e in entries:
                     pk.activate(e.package_key)
                     if args.profile_mode not in e.models and args.profile_mode not in ("eager", "graph", "full"):

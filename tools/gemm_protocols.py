@@ -30,51 +30,16 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 
 import torch
 
 import ltx_kernels as lk
+from nvml_clock import ClockSampler
 
 SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096, 4096, 4096),
           (1024, 4096, 4096), (256, 4096, 4096), (16384, 2048, 2048), (3000, 4096, 4096), (8192, 4096, 4096),
           (8192, 16384, 4096), (8192, 4096, 16384), (3000, 2176, 7168), (16384, 6144, 4096)]
-
-
-class ClockSampler:
-    """SM clock (MHz) and board power (W) from NVML every few ms while active (0 where no sample came)."""
-
-    def __init__(self, index=0, period_s=0.005):
-        self.samples, self.period, self.on, self.handle = [], period_s, False, None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception:
-            return
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self):
-        while True:
-            if self.on:
-                try:
-                    mhz = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
-                    watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
-                    self.samples.append((mhz, watts))
-                except Exception:
-                    pass
-            time.sleep(self.period)
-
-    def window(self, fn):
-        self.samples, self.on = [], True
-        out = fn()
-        self.on = False
-        if not self.samples:
-            return out, None, None
-        return out, statistics.median(s[0] for s in self.samples), statistics.median(s[1] for s in self.samples)
 
 
 _FLUSH = None
