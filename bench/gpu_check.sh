@@ -3,10 +3,10 @@
 #   bash bench/gpu_check.sh OUTDIR [phases]     phases: any of
 #   build,tests,properties,sm90,memcheck,warmup,probe,main,bench,block,host,standalone,ncu,protocols
 #   (default: build,tests,warmup,main,bench,block). properties: the property tests under the gpu
-#   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU (beside
-#   the GPU suite its four slowest tests took 3-6 minutes each; PROPERTIES_WORKERS, 8;
-#   PROPERTIES_TIMEOUT, 540 s, then SIGINT: pytest still prints what passed, failed and the
-#   slowest tests). sm90: the SM90 GEMM's tests, every tile config next to cuBLAS
+#   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU: the
+#   torch / cuda ids in one process, then the Triton ids with PROPERTIES_WORKERS (4) workers;
+#   PROPERTIES_TIMEOUT, 540 s in all, then SIGINT: pytest still prints what passed, failed and
+#   the slowest tests. sm90: the SM90 GEMM's tests, every tile config next to cuBLAS
 #   (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per
 #   eager call.
 #   standalone: prebuilt standalone SM90 binaries (tools/sm90_build_standalone.sh into
@@ -75,10 +75,19 @@ fi
 if has properties; then
   built
   stamp properties
-  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "${PROPERTIES_TIMEOUT:-540}" python3 -m pytest tests/test_properties.py \
-    -v -n "${PROPERTIES_WORKERS:-8}" -p no:cacheprovider --durations=20 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties rc=$? (124: stopped)"
+  # The torch / cuda / auto ids wait on the GPU at every sync: in one process they run 400
+  # examples of test_fp8_gemm_nt[torch] in 7.5 s, among 8 workers (8 processes time-slicing one
+  # GPU) in 421 s. So they run in one process, the Triton ids (JIT compiles of random layouts)
+  # after them with PROPERTIES_WORKERS.
+  left=${PROPERTIES_TIMEOUT:-540}
+  t1=$(date +%s)
+  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT $(( left / 3 )) python3 -m pytest tests/test_properties.py -k "not triton" \
+    -v -p no:cacheprovider --durations=10 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties (one process) rc=$? (124: stopped)"
+  left=$(( left - $(date +%s) + t1 ))
+  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$left" python3 -m pytest tests/test_properties.py -k triton \
+    -v -n "${PROPERTIES_WORKERS:-4}" -p no:cacheprovider --durations=10 >> "$OUTDIR/properties_gpu.log" 2>&1; echo "properties (triton) rc=$? (124: stopped)"
   echo "$(grep -c ' PASSED' "$OUTDIR/properties_gpu.log") passed, $(grep -c ' FAILED' "$OUTDIR/properties_gpu.log") failed"
-  tail -1 "$OUTDIR/properties_gpu.log"
+  grep -E "^[0-9=]+ .*(passed|failed)" "$OUTDIR/properties_gpu.log"
 fi
 if has sm90; then
   built
