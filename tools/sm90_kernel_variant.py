@@ -15,6 +15,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   c192       192x128 in 2-CTA clusters (lib:NAME@192x128x2), producer 40 / consumers 152 registers
   rank0a     2-CTA clusters: rank 0 loads the whole A tile and multicasts it (instead of each CTA
              loading half)
+  hint       mbarrier waits with a suspend-time hint (the waiting warp sleeps until the phase
+             completes or the hint runs out, instead of spinning on try_wait)
+  relfirst   two-wave tiles: a block's stage is released before the next block's stage is
+             acquired (after the last wave's wgmma wait), so a release never waits for data; in
+             clusters a late stage in one CTA then cannot hold the release both producers wait for
 """
 from __future__ import annotations
 
@@ -64,8 +69,30 @@ C192 = [
 ]
 
 
+HINT = [
+    ('      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"',
+     '      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\\n"'),
+    ('      "r"(parity)\n', '      "r"(parity), "r"(0x989680u)\n'),
+]
+_WAIT_RELEASE = """          wgmma_wait<0>();
+          fence_operands(acc);
+          if (w == kWaves - 1) release();
+"""
+RELFIRST = [
+    ("          if (w == kWaves - 1 && more) acquire(sc_next);\n", ""),
+    ("          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n", ""),
+    ("            begin_tile();\n          }\n" + _WAIT_RELEASE,
+     "            begin_tile();\n          }\n" + _WAIT_RELEASE + "          if (w == kWaves - 1 && more) acquire(sc_next);\n"),
+    ("            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE,
+     "            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE
+     + "          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n"),
+]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
+    "hint": HINT,
+    "relfirst": RELFIRST,
     "c192": C192,
     "rank0a": RANK0A,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
