@@ -59,7 +59,11 @@ separately (``setup_s``). Then ``--warmup`` calls, then ``--rounds`` rounds; eac
 entry (bf16 = ltx-core's pure PyTorch path, fp8/fp6 x package) for ``--iters`` timed calls, the
 entry order rotating from round to round, so both packages see the same clock (the GPU follows a
 power limit; only same-run ratios mean anything). Reported: median over all calls, the per-round
-medians, and ours/upstream as the median of per-round ratios.
+medians, and ours/upstream as the median of per-round ratios. While each entry's timed calls run,
+NVML's SM clock and board power are sampled every 5 ms (``tools/nvml_clock.py``; per-round
+medians in ``round_mhz`` / ``round_watts``, and ours/upstream's clock ratio beside the time
+ratio): at the power limit a package whose kernels draw more power per FLOP gets a lower clock
+for all of its forward, the shared attention kernel included, and this shows it.
 
 Two packages named ltx_kernels in one process
 ---------------------------------------------
