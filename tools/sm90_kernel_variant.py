@@ -20,6 +20,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   relfirst   two-wave tiles: a block's stage is released before the next block's stage is
              acquired (after the last wave's wgmma wait), so a release never waits for data; in
              clusters a late stage in one CTA then cannot hold the release both producers wait for
+  peek       two-wave tiles: the next stage is still acquired under the last wave's wgmma, but only
+             if its full barrier has already completed (mbarrier.test_wait); otherwise after the
+             release, as relfirst
 """
 from __future__ import annotations
 
@@ -88,11 +91,48 @@ RELFIRST = [
      + "          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n"),
 ]
 
+_READY = """__device__ __forceinline__ bool mbar_ready(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\\n"
+      ".reg .pred p;\\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+      "selp.u32 %0, 1, 0, p;\\n"
+      "}\\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+"""
+PEEK = [
+    ("// A read-only load that the compiler keeps where it is written", _READY + "// A read-only load that the compiler keeps where it is written"),
+    ("          if (w == kWaves - 1 && more) acquire(sc_next);\n",
+     "          bool acquired = false;\n"
+     "          if (w == kWaves - 1 && more && mbar_ready(&s.full[stage], phase)) {\n"
+     "            acquire(sc_next);\n"
+     "            acquired = true;\n"
+     "          }\n"),
+    ("          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n",
+     "          bool acquired = false;\n"
+     "          if (w == kWaves - 1 && g + 1 < stream && mbar_ready(&s.full[stage], phase)) {\n"
+     "            acquire(sc_next);\n"
+     "            acquired = true;\n"
+     "          }\n"),
+    ("            begin_tile();\n          }\n" + _WAIT_RELEASE,
+     "            begin_tile();\n          }\n" + _WAIT_RELEASE + "          if (w == kWaves - 1 && more && !acquired) acquire(sc_next);\n"),
+    ("            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE,
+     "            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE
+     + "          if (w == kWaves - 1 && g + 1 < stream && !acquired) acquire(sc_next);\n"),
+]
+
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
     "relfirst": RELFIRST,
+    "peek": PEEK,
     "c192": C192,
     "rank0a": RANK0A,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
