@@ -86,6 +86,11 @@ which per-package subprocesses could only approximate with whole alternating run
 (variant, package), eager: the top kernels by GPU time per forward and the host (CPU) time per
 forward, printed and stored.
 
+``--ours-sm90-lib PATH`` (development): this package's SM90 GEMM launches go to a kernel library
+built by ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant of the kernel) instead of the
+extension, so a variant is timed in the real block beside upstream, clock included; one process
+per variant, ratios within each (``use_sm90_library``).
+
 ``--smoke``: hidden 256 (2 heads x 128), FFN 1024, 2 blocks, T = 256, 32 context tokens, CPU,
 this package under TRITON_INTERPRET=1, eager accuracy only (``--time`` adds the timing code on
 the CPU clock for the eager, full and compile modes: a path check). On a machine without CUDA,
@@ -212,6 +217,51 @@ class Packages:
         self.ops[name] = sorted(_project_ops() - before)
         self.ltx_core[name] = lc
         return lc
+
+
+def use_sm90_library(ltx_kernels, path: Path) -> None:
+    """Development only: this package's SM90 GEMM launches go to a kernel library built by
+    ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant, through its C entry point) instead
+    of the built extension, so a variant can be timed in the real block beside upstream. Calls the
+    library cannot take (K slices, strided operands, a non-fp32 bias) stay on the extension."""
+    import ctypes
+
+    ext = ltx_kernels._ext
+    real_load = ext.load
+    fn = ctypes.CDLL(str(path)).ltx_sm90_launch
+    fn.restype = ctypes.c_char_p
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    fn.argtypes = [ptr, ptr, ptr, i64, ptr, i64, i64, ptr, ptr, i64, i32, i32, i32, i32, i32, i32, i32, ptr]
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    class Shim:
+        def __init__(self, mod):
+            self.mod = mod
+
+        def __getattr__(self, name):
+            return getattr(self.mod, name)
+
+        def fp8_gemm_nt(self, a, sa, b, sb, bias, d, bm, bn, cl, splits):
+            k = a.shape[1]
+            if (splits != 1 or a.stride(0) != k or b.stride(0) != k or d.stride(1) != 1
+                    or (bias is not None and bias.dtype != torch.float32)):
+                return self.mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl, splits)
+            err = fn(a.data_ptr(), b.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0),
+                     sb.stride(1), None if bias is None else bias.data_ptr(), d.data_ptr(), d.stride(0),
+                     a.shape[0], b.shape[0], k, bm, bn, cl, sms, torch.cuda.current_stream().cuda_stream)
+            if err:
+                raise RuntimeError(err.decode())
+
+    shims = {}
+
+    def load(name):
+        mod, why = real_load(name)
+        if name != "_C_gemm_sm90" or mod is None:
+            return mod, why
+        return shims.setdefault(id(mod), Shim(mod)), why
+
+    ext.load = load
 
 
 def import_ltx_core() -> types.SimpleNamespace:
@@ -701,6 +751,8 @@ def parse_args(argv=None):
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-tokens", help="token counts profiled, comma-separated (default: the largest of --tokens)")
     ap.add_argument("--profile-mode", default="eager", help="the mode profiled (eager, full, compile, ...)")
+    ap.add_argument("--ours-sm90-lib", type=Path,
+                    help="development: this package's SM90 GEMM through a kernel library (tools/sm90_build_standalone.sh LIB=1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
     ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
@@ -778,6 +830,9 @@ def main(argv=None) -> int:
     pk = Packages(roots, core_src)
     for name in roots:
         pk.load(name)
+        if name == "ours" and args.ours_sm90_lib:
+            use_sm90_library(pk.ltx_core[name].ltx_kernels, args.ours_sm90_lib)
+            notes.append(f"ours: SM90 GEMM launches through {args.ours_sm90_lib} (a kernel library, not the extension)")
         log(f"{name}: ltx_kernels from {pk.ltx_core[name].ltx_kernels.__file__}; ops: {', '.join(pk.ops[name])}")
     overlap = sorted(set.intersection(*(set(v) for v in pk.ops.values()))) if len(pk.ops) > 1 else []
     # the references and the bf16 entry (pure PyTorch) run on the first package's ltx-core copy
