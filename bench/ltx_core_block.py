@@ -575,9 +575,11 @@ def ratios(records: list[dict]) -> list[dict]:
         rec = {"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr), "round_ratios": rr}
         # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
         # the power the kernels draw, so this says how much of a time ratio is clock
-        cc = [a / b for a, b in zip(r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
-        if cc:
-            rec["clock_ours_over_upstream"] = statistics.median(cc)
+        pairs = [(t, a / b) for t, a, b in zip(rr, r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
+        if pairs:
+            rec["clock_ours_over_upstream"] = statistics.median(c for _, c in pairs)
+            # time x clock: the forward in SM cycles, ours / upstream (what is left once the clock is out)
+            rec["cycles_ours_over_upstream"] = statistics.median(t * c for t, c in pairs)
         out.append(rec)
     return out
 
@@ -717,11 +719,11 @@ def print_tables(res: dict) -> None:
             print(f"| {v} | {p} | {t} | " + " | ".join(cells) + " |")
         if res["ratios"]:
             print("\n| variant | T | mode | ours / upstream time (median of per-round ratios) | SM clock ours / upstream |"
-                  "\n|---|---:|---|---:|---:|")
+                  " SM cycles ours / upstream |\n|---|---:|---|---:|---:|---:|")
             for r in res["ratios"]:
-                clock = r.get("clock_ours_over_upstream")
+                clock, cycles = r.get("clock_ours_over_upstream"), r.get("cycles_ours_over_upstream")
                 print(f"| {r['variant']} | {r['tokens']} | {r['mode']} | {r['ours_over_upstream']:.3f} | "
-                      + (f"{clock:.3f} |" if clock else "- |"))
+                      + (f"{clock:.3f} | {cycles:.3f} |" if clock and cycles else "- | - |"))
         comp = [r for r in tim if r["mode"] in ("compile", "captured")]
         if comp:
             print("\nfirst call (compile / capture) s: " + ", ".join(
@@ -790,6 +792,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:
         res = json.loads(args.report.read_text())
+        res["ratios"] = ratios(res["timing"])  # with the columns added since the file was written
         print_tables(res)
         return 0
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
