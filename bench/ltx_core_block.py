@@ -219,21 +219,23 @@ class Packages:
         return lc
 
 
+def _import_tool(name: str):
+    """A module of tools/ (measurement helpers shared with the GEMM tools)."""
+    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    if tools not in sys.path:
+        sys.path.append(tools)
+    return importlib.import_module(name)
+
+
 def use_sm90_library(ltx_kernels, path: Path) -> None:
     """Development only: this package's SM90 GEMM launches go to a kernel library built by
-    ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant, through its C entry point) instead
-    of the built extension, so a variant can be timed in the real block beside upstream. Calls the
-    library cannot take (K slices, strided operands, a non-fp32 bias) stay on the extension."""
-    import ctypes
-
+    ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant, through its C entry point, bound by
+    tools/gemm_protocols.py's ``lib_gemm``) instead of the built extension, so a variant can be timed
+    in the real block beside upstream. Calls the library cannot take (K slices, strided operands,
+    scales not M-major, a non-fp32 bias) stay on the extension."""
     ext = ltx_kernels._ext
     real_load = ext.load
-    fn = ctypes.CDLL(str(path)).ltx_sm90_launch
-    fn.restype = ctypes.c_char_p
-    i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
-    fn.argtypes = [ptr, ptr, ptr, i64, ptr, i64, i64, ptr, ptr, i64, i32, i32, i32, i32, i32, i32, i32, ptr]
-
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    launch = _import_tool("gemm_protocols").lib_gemm(str(path))
 
     class Shim:
         def __init__(self, mod):
@@ -244,14 +246,10 @@ def use_sm90_library(ltx_kernels, path: Path) -> None:
 
         def fp8_gemm_nt(self, a, sa, b, sb, bias, d, bm, bn, cl, splits):
             k = a.shape[1]
-            if (splits != 1 or a.stride(0) != k or b.stride(0) != k or d.stride(1) != 1
+            if (splits != 1 or a.stride(0) != k or b.stride(0) != k or d.stride(1) != 1 or sa.stride(0) != 1
                     or (bias is not None and bias.dtype != torch.float32)):
                 return self.mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl, splits)
-            err = fn(a.data_ptr(), b.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0),
-                     sb.stride(1), None if bias is None else bias.data_ptr(), d.data_ptr(), d.stride(0),
-                     a.shape[0], b.shape[0], k, bm, bn, cl, sms, torch.cuda.current_stream().cuda_stream)
-            if err:
-                raise RuntimeError(err.decode())
+            launch(a, sa, b, sb, bias, d, (bm, bn, cl))
 
     shims = {}
 
@@ -468,11 +466,7 @@ def mode_callable(entry: Entry, mode: str, inputs: dict):
 @functools.lru_cache(maxsize=None)
 def clock_sampler():
     """tools/nvml_clock.py's sampler (one, with its thread, per process) of the SM clock and board power."""
-    tools = str(Path(__file__).resolve().parents[1] / "tools")
-    if tools not in sys.path:
-        sys.path.append(tools)
-    from nvml_clock import ClockSampler
-    return ClockSampler()
+    return _import_tool("nvml_clock").ClockSampler()
 
 
 def time_calls(fn, n: int, device) -> list[float]:

@@ -89,7 +89,8 @@ def upstream_gemm(path):
 
 
 def lib_gemm(path):
-    """The C entry point of a kernel library built from tools/sm90_lib.cu."""
+    """The C entry point of a kernel library built from tools/sm90_lib.cu, as
+    call(qa, sa, qb, sb, bias or None, d, (block_m, block_n, cluster)) on the current stream."""
     fn = ctypes.CDLL(path).ltx_sm90_launch
     fn.restype = ctypes.c_char_p
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
@@ -99,7 +100,7 @@ def lib_gemm(path):
     def call(qa, sa, qb, sb, bias, d, cfg):
         assert sa.stride(0) == 1 and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0, "sa must be M-major"
         err = fn(qa.data_ptr(), qb.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0), sb.stride(1),
-                 bias.data_ptr(), d.data_ptr(), d.stride(0), qa.shape[0], qb.shape[0], qa.shape[1], *cfg, sms,
+                 None if bias is None else bias.data_ptr(), d.data_ptr(), d.stride(0), qa.shape[0], qb.shape[0], qa.shape[1], *cfg, sms,
                  torch.cuda.current_stream().cuda_stream)
         if err:
             raise RuntimeError(err.decode())
