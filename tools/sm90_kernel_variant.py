@@ -23,6 +23,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   peek       two-wave tiles: the next stage is still acquired under the last wave's wgmma, but only
              if its full barrier has already completed (mbarrier.test_wait); otherwise after the
              release, as relfirst
+  ngroup     tile order: groups of 16 column groups (CLUSTER column blocks each) walk the row blocks
+             together, a B panel staying in L2 while A streams (deep_gemm's order when it
+             multicasts A, 16 column blocks a group at one CTA), instead of groups of 8 row blocks
+             walking the columns; ngroup8: 8 column groups (deep_gemm's 16 blocks at 2-CTA)
+  gm16       tile order: groups of 16 row blocks instead of 8
 """
 from __future__ import annotations
 
@@ -128,6 +133,29 @@ PEEK = [
 ]
 
 
+_UNIT_COORDS = """  const int per_group = kGroupM * num_groups;
+  const int group = unit / per_group;
+  const int first_m = group * kGroupM;
+  const int size_m = min(num_m - first_m, kGroupM);
+  m_blk = first_m + (unit % per_group) % size_m;
+  n_grp = (unit % per_group) / size_m;
+"""
+
+
+def _ngroup(groups: int):
+    return [(_UNIT_COORDS, f"""  constexpr int kGroupN = {groups};  // column groups (CLUSTER column blocks each) walking together
+  const int per_group = kGroupN * num_m;
+  const int group = unit / per_group;
+  const int first_n = group * kGroupN;
+  const int size_n = min(num_groups - first_n, kGroupN);
+  n_grp = first_n + (unit % per_group) % size_n;
+  m_blk = (unit % per_group) / size_n;
+""")]
+
+
+GM16 = [("constexpr int kGroupM = 8;", "constexpr int kGroupM = 16;")]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -135,6 +163,9 @@ REPLACEMENTS = {
     "peek": PEEK,
     "c192": C192,
     "rank0a": RANK0A,
+    "ngroup": _ngroup(16),
+    "ngroup8": _ngroup(8),
+    "gm16": GM16,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
