@@ -28,6 +28,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              multicasts A, 16 column blocks a group at one CTA), instead of groups of 8 row blocks
              walking the columns; ngroup8: 8 column groups (deep_gemm's 16 blocks at 2-CTA)
   gm16       tile order: groups of 16 row blocks instead of 8
+  txlast     the producer arrives on a stage's full barrier with its byte count after issuing the
+             stage's TMA loads instead of before (deep_gemm's order: the loads leave sooner)
 """
 from __future__ import annotations
 
@@ -154,6 +156,9 @@ def _ngroup(groups: int):
 
 
 GM16 = [("constexpr int kGroupM = 8;", "constexpr int kGroupM = 16;")]
+_EXPECT = "          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes + kSbBoxBytes);\n"
+_SB_LOAD = "          tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb & ~3, nb0);\n"
+TXLAST = [(_EXPECT, ""), (_SB_LOAD, _SB_LOAD + _EXPECT)]
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
@@ -166,6 +171,7 @@ REPLACEMENTS = {
     "ngroup": _ngroup(16),
     "ngroup8": _ngroup(8),
     "gm16": GM16,
+    "txlast": TXLAST,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
