@@ -1,5 +1,6 @@
 """Summarize an Nsight Compute GEMM profile written by `tools/upstream/side_by_side.sh ncu`: per
-kernel the headline metrics (from ncu_gemm.txt) and, from the per-SASS-line samples
+kernel the headline metrics (from ncu_gemm.txt; dram_MB: DRAM bytes read and written, the Memory
+Workload Analysis throughput times the duration) and, from the per-SASS-line samples
 (ncu_gemm_sass.csv.gz), where the warps of the hot loop wait.
 
     python tools/ncu_gemm_summary.py OUT/ncu_gemm.txt OUT/ncu_gemm_sass.csv.gz
@@ -29,6 +30,7 @@ METRICS = [("duration_us", r"^    Duration\s+us\s+([\d.,]+)"),
            ("instructions", r"^    Executed Instructions\s+inst\s+([\d.,]+)"),
            ("registers", r"Registers Per Thread\s+register/thread\s+([\d.,]+)"),
            ("l2_%", r"L2 Cache Throughput\s+%\s+([\d.,]+)"),
+           ("dram_GBps", r"^    Memory Throughput\s+Gbyte/s\s+([\d.,]+)"),
            ("spill_requests", r"Local Memory Spilling Requests\s+([\d.,]+)")]
 
 
@@ -42,6 +44,10 @@ def headline(txt_path: str) -> list[tuple[str, dict]]:
         for key, pat in METRICS:
             m = re.search(pat, b, re.M)
             vals[key] = m.group(1) if m else "-"
+        try:  # DRAM bytes read and written during the kernel: Memory Workload Analysis's throughput x duration
+            vals["dram_MB"] = round(float(vals["dram_GBps"].replace(",", "")) * float(vals["duration_us"].replace(",", "")) / 1e3)
+        except ValueError:
+            vals["dram_MB"] = "-"
         out.append((name, vals))
     return out
 
