@@ -80,13 +80,14 @@ if has properties; then
   # examples of test_fp8_gemm_nt[torch] in 7.5 s, among 8 workers (8 processes time-slicing one
   # GPU) in 421 s. So they run in one process; the Triton ids after them with PROPERTIES_WORKERS,
   # except the longest, test_fp8_gemm_nt[triton], which runs in its own process from the start.
+  # The one-process phase may take half the time; what it leaves goes to the Triton ids.
   T=tests/test_properties.py
   left=${PROPERTIES_TIMEOUT:-540}
   t1=$(date +%s)
   LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$left" python3 -m pytest "$T::test_fp8_gemm_nt[triton]" \
     -v -p no:cacheprovider --durations=1 > "$OUTDIR/properties_gpu_fp8_gemm_triton.log" 2>&1 &
   long_pid=$!
-  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT $(( left / 3 )) python3 -m pytest $T -k "not triton" \
+  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT $(( left / 2 )) python3 -m pytest $T -k "not triton" \
     -v -p no:cacheprovider --durations=10 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties (one process) rc=$? (124: stopped)"
   rest=$(( left - $(date +%s) + t1 ))
   LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$rest" python3 -m pytest $T -k "triton and not test_fp8_gemm_nt" \
