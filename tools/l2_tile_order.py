@@ -83,6 +83,7 @@ def main() -> None:
     m, n, k = (int(v) for v in args.shape.split("x"))
     cases = [("192x128x1, kernel order", 192, 128, 1, rows_walk_columns),
              ("192x128x1, ngroup", 192, 128, 1, columns_walk_rows),
+             ("192x128x1, ngroup32", 192, 128, 1, lambda a, b: columns_walk_rows(a, b, 32)),
              ("256x128x1, kernel order", 256, 128, 1, rows_walk_columns),
              ("256x128x2, kernel order", 256, 128, 2, rows_walk_columns),
              ("256x128x2, ngroup8", 256, 128, 2, lambda a, b: columns_walk_rows(a, b, 8))]

@@ -2,9 +2,10 @@
 # Build standalone SM90 GEMM binaries (tools/sm90_standalone.cu, no torch) with nvcc, on any
 # machine: DIR/sm90_<name> for each NAME[:VARIANT]=FLAGS argument (FLAGS: extra nvcc flags, may
 # be empty). VARIANT builds a copy of the kernel rewritten by tools/sm90_kernel_variant.py
-# (nopromote, fadd, muladd, boxes, c192, rank0a, hint, relfirst, peek, ngroup, ngroup8, gm16, txlast;
-# joined with +). KERNEL_ROOT=path takes the kernel from another checkout's csrc/gemm_sm90 (e.g.
-# an older commit, to time it beside this one in the same run); the harness is always this checkout's.
+# (nopromote, fadd, muladd, boxes, c192, rank0a, hint, relfirst, peek, ngroup, ngroup8, ngroup32, gm16,
+# txlast; joined with +). KERNEL_ROOT=path takes the kernel from another checkout's csrc/gemm_sm90
+# (e.g. an older commit, to time it beside this one in the same run); the harness is always this
+# checkout's.
 #   bash tools/sm90_build_standalone.sh DIR new= nopromote:nopromote= muladd:muladd=
 #   KERNEL_ROOT=/tmp/old bash tools/sm90_build_standalone.sh DIR old=
 # LIB=1 builds DIR/libsm90_<name>.so from tools/sm90_lib.cu instead (a C entry point for ctypes:

@@ -26,7 +26,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   ngroup     tile order: groups of 16 column groups (CLUSTER column blocks each) walk the row blocks
              together, a B panel staying in L2 while A streams (deep_gemm's order when it
              multicasts A, 16 column blocks a group at one CTA), instead of groups of 8 row blocks
-             walking the columns; ngroup8: 8 column groups (deep_gemm's 16 blocks at 2-CTA)
+             walking the columns; ngroup8 / ngroup32: 8 / 32 column groups (8: deep_gemm's 16
+             blocks at 2-CTA)
   gm16       tile order: groups of 16 row blocks instead of 8
   txlast     the producer arrives on a stage's full barrier with its byte count after issuing the
              stage's TMA loads instead of before (deep_gemm's order: the loads leave sooner)
@@ -170,6 +171,7 @@ REPLACEMENTS = {
     "rank0a": RANK0A,
     "ngroup": _ngroup(16),
     "ngroup8": _ngroup(8),
+    "ngroup32": _ngroup(32),
     "gm16": GM16,
     "txlast": TXLAST,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
