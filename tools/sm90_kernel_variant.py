@@ -1,5 +1,6 @@
-"""Write a timing variant of the SM90 GEMM kernel: a copy of csrc/gemm_sm90 with the per-128-K
-promotion rewritten, so that its cost can be measured in the standalone harness. The production
+"""Write a timing variant of the SM90 GEMM kernel: a copy of csrc/gemm_sm90 rewritten for one
+experiment (the per-128-K promotion, the ring, the waits, the tile order), so that it can be
+measured in the standalone harness or as a library beside the extension. The production
 source stays free of experiment switches; tools/sm90_build_standalone.sh calls this for a
 NAME:VARIANT spec.
 
