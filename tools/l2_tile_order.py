@@ -34,15 +34,8 @@ def rows_walk_columns(num_m: int, num_groups: int, group: int = 8) -> list[tuple
 
 
 def columns_walk_rows(num_m: int, num_groups: int, group: int = 16) -> list[tuple[int, int]]:
-    """`ngroup`: groups of `group` column groups walk the row blocks."""
-    out = []
-    for u in range(num_m * num_groups):
-        per = group * num_m
-        first = u // per * group
-        size = min(num_groups - first, group)
-        i = u % per
-        out.append((i // size, first + i % size))
-    return out
+    """`ngroup`: groups of `group` column groups walk the row blocks (the kernel's order, transposed)."""
+    return [(m, g) for g, m in rows_walk_columns(num_groups, num_m, group)]
 
 
 def dram_read_mb(m: int, n: int, k: int, bm: int, bn: int, cluster: int, order, capacity_mb: float,
