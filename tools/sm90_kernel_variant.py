@@ -90,15 +90,13 @@ _WAIT_RELEASE = """          wgmma_wait<0>();
           fence_operands(acc);
           if (w == kWaves - 1) release();
 """
-RELFIRST = [
-    ("          if (w == kWaves - 1 && more) acquire(sc_next);\n", ""),
-    ("          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n", ""),
-    ("            begin_tile();\n          }\n" + _WAIT_RELEASE,
-     "            begin_tile();\n          }\n" + _WAIT_RELEASE + "          if (w == kWaves - 1 && more) acquire(sc_next);\n"),
-    ("            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE,
-     "            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE
-     + "          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n"),
-]
+# the kernel's acquire-ahead lines (whole-ring loop, stream loop) and the waits they precede
+_ACQ_RING = "          if (w == kWaves - 1 && more) acquire(sc_next);\n"
+_ACQ_STREAM = "          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n"
+_TILE_RING = "            begin_tile();\n          }\n" + _WAIT_RELEASE
+_TILE_STREAM = "            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE
+RELFIRST = [(_ACQ_RING, ""), (_ACQ_STREAM, ""),
+            (_TILE_RING, _TILE_RING + _ACQ_RING), (_TILE_STREAM, _TILE_STREAM + _ACQ_STREAM)]
 
 _READY = """__device__ __forceinline__ bool mbar_ready(uint64_t* bar, uint32_t parity) {
   uint32_t done;
@@ -115,26 +113,25 @@ _READY = """__device__ __forceinline__ bool mbar_ready(uint64_t* bar, uint32_t p
 }
 
 """
-PEEK = [
-    ("// A read-only load that the compiler keeps where it is written", _READY + "// A read-only load that the compiler keeps where it is written"),
-    ("          if (w == kWaves - 1 && more) acquire(sc_next);\n",
-     "          bool acquired = false;\n"
-     "          if (w == kWaves - 1 && more && mbar_ready(&s.full[stage], phase)) {\n"
-     "            acquire(sc_next);\n"
-     "            acquired = true;\n"
-     "          }\n"),
-    ("          if (w == kWaves - 1 && g + 1 < stream) acquire(sc_next);\n",
-     "          bool acquired = false;\n"
-     "          if (w == kWaves - 1 && g + 1 < stream && mbar_ready(&s.full[stage], phase)) {\n"
-     "            acquire(sc_next);\n"
-     "            acquired = true;\n"
-     "          }\n"),
-    ("            begin_tile();\n          }\n" + _WAIT_RELEASE,
-     "            begin_tile();\n          }\n" + _WAIT_RELEASE + "          if (w == kWaves - 1 && more && !acquired) acquire(sc_next);\n"),
-    ("            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE,
-     "            begin_tile();  // unit < num_units: this block belongs to it\n          }\n" + _WAIT_RELEASE
-     + "          if (w == kWaves - 1 && g + 1 < stream && !acquired) acquire(sc_next);\n"),
-]
+
+
+def _peek(acq: str) -> tuple[str, str]:
+    """An acquire-ahead line made conditional on its stage being full already (PEEK adds the late
+    acquire, after the release, for when it was not)."""
+    cond = acq[acq.index("(") + 1:acq.rindex(") acquire")]
+    ahead = ("          bool acquired = false;\n"
+             f"          if ({cond} && mbar_ready(&s.full[stage], phase)) {{\n"
+             "            acquire(sc_next);\n"
+             "            acquired = true;\n"
+             "          }\n")
+    return acq, ahead
+
+
+PEEK = ([("// A read-only load that the compiler keeps where it is written",
+          _READY + "// A read-only load that the compiler keeps where it is written")]
+        + [_peek(_ACQ_RING), _peek(_ACQ_STREAM)]
+        + [(tile, tile + acq.replace(") acquire", " && !acquired) acquire"))
+           for tile, acq in ((_TILE_RING, _ACQ_RING), (_TILE_STREAM, _ACQ_STREAM))])
 
 
 _UNIT_COORDS = """  const int per_group = kGroupM * num_groups;
