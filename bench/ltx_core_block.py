@@ -257,7 +257,9 @@ def use_sm90_library(ltx_kernels, path: Path) -> None:
         mod, why = real_load(name)
         if name != "_C_gemm_sm90" or mod is None:
             return mod, why
-        return shims.setdefault(id(mod), Shim(mod)), why
+        if id(mod) not in shims:  # one shim per module (load runs on every GEMM call)
+            shims[id(mod)] = Shim(mod)
+        return shims[id(mod)], why
 
     ext.load = load
 
@@ -569,11 +571,11 @@ def ratios(records: list[dict]) -> list[dict]:
         rec = {"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr), "round_ratios": rr}
         # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
         # the power the kernels draw, so this says how much of a time ratio is clock
-        pairs = [(t, a / b) for t, a, b in zip(rr, r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
+        pairs = [(x, a / b) for x, a, b in zip(rr, r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
         if pairs:
             rec["clock_ours_over_upstream"] = statistics.median(c for _, c in pairs)
             # time x clock: the forward in SM cycles, ours / upstream (what is left once the clock is out)
-            rec["cycles_ours_over_upstream"] = statistics.median(t * c for t, c in pairs)
+            rec["cycles_ours_over_upstream"] = statistics.median(x * c for x, c in pairs)
         out.append(rec)
     return out
 

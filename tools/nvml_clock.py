@@ -11,7 +11,7 @@ import time
 
 
 class ClockSampler:
-    """SM clock (MHz) and board power (W) from NVML every few ms while active (0 where no sample came)."""
+    """SM clock (MHz) and board power (W) from NVML every few ms while active (None where no sample came)."""
 
     def __init__(self, index=0, period_s=0.005):
         self.samples, self.period, self.on, self.handle = [], period_s, False, None
