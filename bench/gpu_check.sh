@@ -5,7 +5,7 @@
 #   (default: build,tests,warmup,main,bench,block). properties: the property tests under the gpu
 #   profile (five times CI's examples, a fresh seed), a line per test, alone on the GPU: the
 #   torch / cuda ids in one process, then the Triton ids with PROPERTIES_WORKERS (4) workers
-#   (test_fp8_gemm_nt[triton], the longest, in its own process from the start);
+#   (the four test_fp8_gemm_nt[triton-*] ids, the longest, in four processes from the start);
 #   PROPERTIES_TIMEOUT, 540 s in all, then SIGINT: pytest still prints what passed, failed and
 #   the slowest tests. sm90: the SM90 GEMM's tests, every tile config next to cuBLAS
 #   (tools/probe_sm90.py), SASS and memcheck; memcheck: only the last two. host: Python cost per
@@ -79,20 +79,21 @@ if has properties; then
   # The torch / cuda / auto ids wait on the GPU at every sync: in one process they run 400
   # examples of test_fp8_gemm_nt[torch] in 7.5 s, among 8 workers (8 processes time-slicing one
   # GPU) in 421 s. So they run in one process; the Triton ids after them with PROPERTIES_WORKERS,
-  # except the longest, test_fp8_gemm_nt[triton], which runs in its own process from the start.
-  # The one-process phase may take half the time; what it leaves goes to the Triton ids.
+  # except the longest, the four test_fp8_gemm_nt[triton-*] ids (about 40 distinct Triton
+  # specializations each, counted on CPU), which run in four processes from the start. The
+  # one-process phase may take half the time; what it leaves goes to the Triton ids.
   T=tests/test_properties.py
   left=${PROPERTIES_TIMEOUT:-540}
   t1=$(date +%s)
-  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$left" python3 -m pytest "$T::test_fp8_gemm_nt[triton]" \
-    -v -p no:cacheprovider --durations=1 > "$OUTDIR/properties_gpu_fp8_gemm_triton.log" 2>&1 &
+  LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$left" python3 -m pytest $T -k "test_fp8_gemm_nt and triton" \
+    -v -n 4 -p no:cacheprovider --durations=4 > "$OUTDIR/properties_gpu_fp8_gemm_triton.log" 2>&1 &
   long_pid=$!
   LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT $(( left / 2 )) python3 -m pytest $T -k "not triton" \
     -v -p no:cacheprovider --durations=10 > "$OUTDIR/properties_gpu.log" 2>&1; echo "properties (one process) rc=$? (124: stopped)"
   rest=$(( left - $(date +%s) + t1 ))
   LTX_KERNELS_HYPOTHESIS_PROFILE=gpu timeout -s INT "$rest" python3 -m pytest $T -k "triton and not test_fp8_gemm_nt" \
     -v -n "${PROPERTIES_WORKERS:-4}" -p no:cacheprovider --durations=10 >> "$OUTDIR/properties_gpu.log" 2>&1; echo "properties (triton) rc=$? (124: stopped)"
-  wait "$long_pid"; echo "properties (test_fp8_gemm_nt[triton]) rc=$? (124: stopped)"
+  wait "$long_pid"; echo "properties (test_fp8_gemm_nt[triton-*]) rc=$? (124: stopped)"
   cat "$OUTDIR/properties_gpu_fp8_gemm_triton.log" >> "$OUTDIR/properties_gpu.log"
   echo "$(grep -c ' PASSED' "$OUTDIR/properties_gpu.log") passed, $(grep -c ' FAILED' "$OUTDIR/properties_gpu.log") failed"
   grep -E "^[0-9=]+ .*(passed|failed)" "$OUTDIR/properties_gpu.log"
