@@ -6,7 +6,8 @@ Usage
 -----
     python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
         --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
-        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540]
+        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540] \
+        [--ours-sm90-tiles 256x128x2,192x128x1]
     python bench/ltx_core_block.py --ltx2 /work/up --smoke [--time] # CPU, TRITON_INTERPRET=1, ~1 min
     python bench/ltx_core_block.py --report out.json                # the tables of an earlier run
 
@@ -89,7 +90,13 @@ forward, printed and stored.
 ``--ours-sm90-lib PATH`` (development): this package's SM90 GEMM launches go to a kernel library
 built by ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant of the kernel) instead of the
 extension, so a variant is timed in the real block beside upstream, clock included; one process
-per variant, ratios within each (``use_sm90_library``).
+per variant, ratios within each (``Sm90Hook``).
+
+``--ours-sm90-tiles 256x128x2,192x128x1`` (development): beside this package as it is, entries
+``ours@256x128x2``, ... run the same models with every SM90 GEMM launch forced to that tile
+(``Sm90Hook.tile``, set before each entry runs; K slices as the host picks them), in the same
+rotating rounds: which tile makes the whole forward fastest, clock included, measured the way the
+packages are compared. (``LTX_KERNELS_SM90_TILE`` forces one tile for a whole process.)
 
 ``--smoke``: hidden 256 (2 heads x 128), FFN 1024, 2 blocks, T = 256, 32 context tokens, CPU,
 this package under TRITON_INTERPRET=1, eager accuracy only (``--time`` adds the timing code on
@@ -227,41 +234,67 @@ def _import_tool(name: str):
     return importlib.import_module(name)
 
 
-def use_sm90_library(ltx_kernels, path: Path) -> None:
-    """Development only: this package's SM90 GEMM launches go to a kernel library built by
-    ``LIB=1 tools/sm90_build_standalone.sh`` (a timing variant, through its C entry point, bound by
-    tools/gemm_protocols.py's ``lib_gemm``) instead of the built extension, so a variant can be timed
-    in the real block beside upstream. Calls the library cannot take (K slices, strided operands,
-    scales not M-major, a non-fp32 bias) stay on the extension."""
-    ext = ltx_kernels._ext
-    real_load = ext.load
-    launch = _import_tool("gemm_protocols").lib_gemm(str(path))
+class Sm90Hook:
+    """Development only: wraps this package's SM90 extension module where its loader hands it out
+    (``_ext.load``, which every GEMM call and launch plan goes through), for two experiments in the
+    real block, beside upstream and on the same clock:
 
-    class Shim:
-        def __init__(self, mod):
-            self.mod = mod
+    - ``tile``: when set, every launch runs that (block_m, block_n, cluster) instead of the host's
+      pick (K slices as the host chose them). The entries of ``--ours-sm90-tiles`` set it before
+      they run, so several tile choices share one process, one model and rotating rounds.
+    - ``library`` (``--ours-sm90-lib``): launches go to a kernel library built by ``LIB=1
+      tools/sm90_build_standalone.sh`` (a timing variant of the kernel, through its C entry point,
+      bound by tools/gemm_protocols.py's ``lib_gemm``). Calls the library cannot take (K slices,
+      strided operands, scales not M-major, a non-fp32 bias) stay on the extension."""
 
-        def __getattr__(self, name):
-            return getattr(self.mod, name)
+    def __init__(self, ltx_kernels, library: Path | None = None):
+        self.tile: tuple | None = None
+        self.library = library
+        self._launch = _import_tool("gemm_protocols").lib_gemm(str(library)) if library else None
+        ext = ltx_kernels._ext
+        real_load = ext.load
+        shims = {}
+        hook = self
 
-        def fp8_gemm_nt(self, a, sa, b, sb, bias, d, bm, bn, cl, splits):
-            k = a.shape[1]
-            if (splits != 1 or a.stride(0) != k or b.stride(0) != k or d.stride(1) != 1 or sa.stride(0) != 1
-                    or (bias is not None and bias.dtype != torch.float32)):
-                return self.mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl, splits)
-            launch(a, sa, b, sb, bias, d, (bm, bn, cl))
+        class Shim:
+            def __init__(self, mod):
+                self.mod = mod
 
-    shims = {}
+            def __getattr__(self, name):
+                return getattr(self.mod, name)
 
-    def load(name):
-        mod, why = real_load(name)
-        if name != "_C_gemm_sm90" or mod is None:
-            return mod, why
-        if id(mod) not in shims:  # one shim per module (load runs on every GEMM call)
-            shims[id(mod)] = Shim(mod)
-        return shims[id(mod)], why
+            def fp8_gemm_nt(self, *args):
+                return hook.fp8_gemm_nt(self.mod, *args)
 
-    ext.load = load
+        def load(name):
+            mod, why = real_load(name)
+            if name != "_C_gemm_sm90" or mod is None:
+                return mod, why
+            if id(mod) not in shims:  # one shim per module (load runs on every GEMM call)
+                shims[id(mod)] = Shim(mod)
+            return shims[id(mod)], why
+
+        ext.load = load
+
+    def fp8_gemm_nt(self, mod, a, sa, b, sb, bias, d, bm, bn, cl, splits):
+        if self.tile is not None:
+            bm, bn, cl = self.tile
+        k = a.shape[1]
+        if self._launch is None or (splits != 1 or a.stride(0) != k or b.stride(0) != k or d.stride(1) != 1
+                                    or sa.stride(0) != 1 or (bias is not None and bias.dtype != torch.float32)):
+            return mod.fp8_gemm_nt(a, sa, b, sb, bias, d, bm, bn, cl, splits)
+        self._launch(a, sa, b, sb, bias, d, (bm, bn, cl))
+
+
+def parse_tiles(text: str) -> list[tuple]:
+    """'256x128x2,192x128x1' -> [(256, 128, 2), (192, 128, 1)]."""
+    tiles = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        parts = item.split("x")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"--ours-sm90-tiles: {item!r} is not BMxBNxCLUSTER (e.g. 256x128x2)")
+        tiles.append(tuple(int(p) for p in parts))
+    return tiles
 
 
 def import_ltx_core() -> types.SimpleNamespace:
@@ -425,15 +458,25 @@ def sync(device) -> None:
 
 
 class Entry:
-    """One model family: a variant on a package (bf16 runs ltx-core's pure PyTorch path)."""
+    """One model family: a variant on a package (bf16 runs ltx-core's pure PyTorch path); with an
+    SM90 hook, this package with the hook's tile set to ``tile`` while it runs (None: the host's
+    pick), labelled ``ours@BMxBNxCLUSTER`` when forced."""
 
-    def __init__(self, variant: str, package: str, lc, package_key: str):
+    def __init__(self, variant: str, package: str, lc, package_key: str, sm90: Sm90Hook | None = None,
+                 tile: tuple | None = None):
         self.variant, self.package, self.lc = variant, package, lc
         self.package_key = package_key  # the Packages entry to activate before running it
+        self.sm90, self.tile = sm90, tile
         self.dtype = torch.bfloat16
         self.models: dict[str, torch.nn.Module] = {}
         self.compile_configs: dict = {}
         self.label = f"{variant}/{package}"
+
+    def activate(self, pk: Packages) -> None:
+        """Before anything of this entry runs: its package's modules, its SM90 tile."""
+        pk.activate(self.package_key)
+        if self.sm90 is not None:
+            self.sm90.tile = self.tile
 
 
 def mode_callable(entry: Entry, mode: str, inputs: dict):
@@ -500,7 +543,7 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
                args, device, log, errors: list) -> list[dict]:
     fns, setup, vs_eager, runners, live = {}, {}, {}, [], []
     for e in entries:
-        pk.activate(e.package_key)
+        e.activate(pk)
         try:
             fn, runner = mode_callable(e, mode, inputs)
             if runner is not None:
@@ -533,7 +576,7 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
     for r in range(args.rounds):
         k = r % len(entries)
         for e in entries[k:] + entries[:k]:
-            pk.activate(e.package_key)
+            e.activate(pk)
             if sampler is None:
                 ms, clock, power = time_calls(fns[e.label], args.iters, device), None, None
             else:
@@ -560,15 +603,17 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
 
 
 def ratios(records: list[dict]) -> list[dict]:
-    """ours / upstream per (variant, T, mode): median of the per-round ratios (same clock)."""
+    """ours / upstream per (variant, T, mode), for each of this package's entries (the host's tiles,
+    and each forced tile): median of the per-round ratios (same clock)."""
     out = []
     by = {(r["variant"], r["package"], r["tokens"], r["mode"]): r for r in records}
     for (v, p, t, m), r in by.items():
         up = by.get((v, "upstream", t, m))
-        if p != "ours" or up is None:
+        if not p.startswith("ours") or up is None:
             continue
         rr = [a / b for a, b in zip(r["round_medians_ms"], up["round_medians_ms"])]
-        rec = {"variant": v, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr), "round_ratios": rr}
+        rec = {"variant": v, "package": p, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr),
+               "round_ratios": rr}
         # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
         # the power the kernels draw, so this says how much of a time ratio is clock
         pairs = [(x, a / b) for x, a, b in zip(rr, r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
@@ -714,11 +759,12 @@ def print_tables(res: dict) -> None:
             cells = [f"{by[(v, p, t, m)]['median_ms']:.3f}" if (v, p, t, m) in by else "-" for m in modes]
             print(f"| {v} | {p} | {t} | " + " | ".join(cells) + " |")
         if res["ratios"]:
-            print("\n| variant | T | mode | ours / upstream time (median of per-round ratios) | SM clock ours / upstream |"
-                  " SM cycles ours / upstream |\n|---|---:|---|---:|---:|---:|")
+            print("\n| variant | package | T | mode | ours / upstream time (median of per-round ratios) |"
+                  " SM clock ours / upstream | SM cycles ours / upstream |\n|---|---|---:|---|---:|---:|---:|")
             for r in res["ratios"]:
                 clock, cycles = r.get("clock_ours_over_upstream"), r.get("cycles_ours_over_upstream")
-                print(f"| {r['variant']} | {r['tokens']} | {r['mode']} | {r['ours_over_upstream']:.3f} | "
+                print(f"| {r['variant']} | {r.get('package', 'ours')} | {r['tokens']} | {r['mode']} | "
+                      f"{r['ours_over_upstream']:.3f} | "
                       + (f"{clock:.3f} | {cycles:.3f} |" if clock and cycles else "- | - |"))
         comp = [r for r in tim if r["mode"] in ("compile", "captured")]
         if comp:
@@ -751,6 +797,9 @@ def parse_args(argv=None):
     ap.add_argument("--profile-mode", default="eager", help="the mode profiled (eager, full, compile, ...)")
     ap.add_argument("--ours-sm90-lib", type=Path,
                     help="development: this package's SM90 GEMM through a kernel library (tools/sm90_build_standalone.sh LIB=1)")
+    ap.add_argument("--ours-sm90-tiles", default="",
+                    help="development: also time this package with every SM90 GEMM forced to each of these tiles, "
+                         "e.g. 256x128x2,192x128x1 (entries ours@256x128x2, ...; same process, same models)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
     ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
@@ -774,6 +823,10 @@ def parse_args(argv=None):
     args.variants = [v for v in args.variants.split(",") if v]
     args.packages = [p for p in args.packages.split(",") if p]
     args.modes = [m for m in args.modes.split(",") if m]
+    try:
+        args.ours_sm90_tiles = parse_tiles(args.ours_sm90_tiles)
+    except ValueError as e:
+        ap.error(str(e))
     bad = set(args.variants) - {"bf16", *QUANT_VARIANTS} | set(args.modes) - set(ALL_MODES) \
         | set(args.packages) - {"ours", "upstream"}
     if bad:
@@ -827,11 +880,19 @@ def main(argv=None) -> int:
         raise SystemExit("no package to run (ltx-core's policies import ltx_kernels)")
 
     pk = Packages(roots, core_src)
+    sm90 = None
     for name in roots:
         pk.load(name)
-        if name == "ours" and args.ours_sm90_lib:
-            use_sm90_library(pk.ltx_core[name].ltx_kernels, args.ours_sm90_lib)
-            notes.append(f"ours: SM90 GEMM launches through {args.ours_sm90_lib} (a kernel library, not the extension)")
+        if name == "ours" and (args.ours_sm90_lib or args.ours_sm90_tiles):
+            lk = pk.ltx_core[name].ltx_kernels
+            unknown = [t for t in args.ours_sm90_tiles if t not in lk.gemm.SM90_TILES]
+            if unknown:
+                raise SystemExit(f"--ours-sm90-tiles: {unknown} not among the SM90 tiles {sorted(lk.gemm.SM90_TILES)}")
+            sm90 = Sm90Hook(lk, args.ours_sm90_lib)
+            if args.ours_sm90_lib:
+                notes.append(f"ours: SM90 GEMM launches through {args.ours_sm90_lib} (a kernel library, not the extension)")
+            for t in args.ours_sm90_tiles:
+                notes.append("ours@{}x{}x{}: every SM90 GEMM launch of this package forced to that tile".format(*t))
         log(f"{name}: ltx_kernels from {pk.ltx_core[name].ltx_kernels.__file__}; ops: {', '.join(pk.ops[name])}")
     overlap = sorted(set.intersection(*(set(v) for v in pk.ops.values()))) if len(pk.ops) > 1 else []
     # the references and the bf16 entry (pure PyTorch) run on the first package's ltx-core copy
@@ -872,8 +933,8 @@ def main(argv=None) -> int:
         entries.append(e)
     for v in quant:
         for p in roots:
-            e = Entry(v, p, pk.ltx_core[p], p)
-            pk.activate(p)
+            e = Entry(v, p, pk.ltx_core[p], p, sm90 if p == "ours" else None)
+            e.activate(pk)
             t0 = time.perf_counter()
             try:
                 e.models["eager"] = build_model(e.lc, ckpt, v, device, args.blocks)
@@ -882,10 +943,15 @@ def main(argv=None) -> int:
                 continue
             log(f"built {e.label} in {time.perf_counter() - t0:.1f} s")
             entries.append(e)
+            if p == "ours":  # the forced tiles run the same eager model
+                for t in args.ours_sm90_tiles:
+                    f = Entry(v, "ours@{}x{}x{}".format(*t), e.lc, p, sm90, t)
+                    f.models["eager"] = e.models["eager"]
+                    entries.append(f)
     timed_modes = [] if args.no_time or (device.type != "cuda" and not args.smoke) else args.modes
     if timed_modes and ({"compile", "captured"} & set(timed_modes)):
         for e in entries:
-            pk.activate(e.package_key)
+            e.activate(pk)
             e.compile_configs = {"compile": e.lc.compiling.CompilationConfig(),
                                  "captured": e.lc.compiling.CompilationConfig(capture=True)}
             for m in ("compile", "captured"):
@@ -907,7 +973,7 @@ def main(argv=None) -> int:
             log(f"T={tokens}: references in {time.perf_counter() - t0:.1f} s")
             eager_x = {}
             for e in entries:
-                pk.activate(e.package_key)
+                e.activate(pk)
                 try:
                     got = want16 if e.variant == "bf16" else hooked_forward(e.lc, e.models["eager"], inputs, e.dtype)
                     rec = {"variant": e.variant, "package": e.package, "tokens": tokens,
@@ -938,7 +1004,7 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
             if args.profile and tokens in prof_tokens and not over_budget(f"profile T={tokens}"):
                 for e in entries:
-                    pk.activate(e.package_key)
+                    e.activate(pk)
                     if args.profile_mode not in e.models and args.profile_mode not in ("eager", "graph", "full"):
                         continue
                     try:
