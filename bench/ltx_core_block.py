@@ -7,7 +7,7 @@ Usage
     python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
         --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
         [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540] \
-        [--ours-sm90-tiles 256x128x2,192x128x1]
+        [--ours-sm90-tiles 256x128x2,192x128x1] [--split-processes]
     python bench/ltx_core_block.py --ltx2 /work/up --smoke [--time] # CPU, TRITON_INTERPRET=1, ~1 min
     python bench/ltx_core_block.py --report out.json                # the tables of an earlier run
 
@@ -77,11 +77,14 @@ upstream registers ``q8_kernels_ops::*``, ``blockwise::*`` and ``ltx_kernels::se
 ``gather_heads``; this package ``ltx_kernels::<op>`` with other names (``all2all_*`` for its
 All2All); a clash would fail loudly at the second import, and the script prints and records both
 sets and their intersection (empty). ltx-core's transformer path registers no op at import (only
-its VAE modules do, never imported here); its models, TransformerArgs classes and Dynamo code
-objects are per copy, so compiled code and CUDA graphs of one package never serve the other. The
-pybind modules do not collide either: upstream binds one class (``All2All``), this package only
-functions. In-process lets every round visit every entry on the same clock, a few calls each,
-which per-package subprocesses could only approximate with whole alternating runs.
+its VAE modules do, never imported here); its models and TransformerArgs classes are per copy,
+so CUDA graphs of one package never serve the other. The pybind modules do not collide either:
+upstream binds one class (``All2All``), this package only functions. In-process lets every round
+visit every entry on the same clock, a few calls each. ltx-core's compiled modes are the
+exception: Dynamo resolves some of what it traces by module name, so the second package's trace
+finds the first one's modules (upstream's fails on this package's ``triton_ops``,
+``bench/results/2026-12-04-h200-ltx-core-block-eager-compile/block_compile_one_process.md``); they
+run with ``--split-processes``, whose turns keep the rounds side by side.
 
 ``--profile``: a torch.profiler summary at ``--profile-tokens`` (a list; default: the largest T) per
 (variant, package), eager: the top kernels by GPU time per forward and the host (CPU) time per
@@ -97,6 +100,12 @@ per variant, ratios within each (``Sm90Hook``).
 (``Sm90Hook.tile``, set before each entry runs; K slices as the host picks them), in the same
 rotating rounds: which tile makes the whole forward fastest, clock included, measured the way the
 packages are compared. (``LTX_KERNELS_SM90_TILE`` forces one tile for a whole process.)
+
+``--split-processes``: one process per package (``--serve`` workers of this script), run at once,
+with every timing setup, timed round and profile of either process in a turn of its own handed out
+by this one: round r of each package runs next to round r of the other, the first alternating.
+ltx-core's compiled modes need it (the comment above ``coordinate`` says why); bf16 runs in every
+process, and its ratio between them (``process_control``) is the protocol's floor.
 
 ``--smoke``: hidden 256 (2 heads x 128), FFN 1024, 2 blocks, T = 256, 32 context tokens, CPU,
 this package under TRITON_INTERPRET=1, eager accuracy only (``--time`` adds the timing code on
@@ -115,6 +124,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -532,6 +542,30 @@ def time_calls(fn, n: int, device) -> list[float]:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+class Turns:
+    """When this process may use the GPU. Alone: always. As a worker of ``--split-processes`` (one
+    process per package, ``--serve``): before each timing setup, each timed round and each profile
+    it prints where it is (a key ordered like the run: token count, mode, round) and waits for the
+    coordinator's go on stdin; after it, it prints that it is done. Protocol lines start with
+    ``PROTOCOL``; everything else on stdout is the usual output."""
+
+    def __init__(self, serve: bool):
+        self.serve = serve
+
+    @contextlib.contextmanager
+    def __call__(self, *key):
+        if not self.serve:
+            yield
+            return
+        print(PROTOCOL + json.dumps({"ready": list(key)}), flush=True)
+        if not sys.stdin.readline():
+            raise SystemExit("the coordinator is gone")
+        try:
+            yield
+        finally:
+            print(PROTOCOL + json.dumps({"done": list(key)}), flush=True)
+
+
 def failure(errors: list, what: str, log) -> None:
     """Record an exception and go on: one entry's failure must not cost the rest of the run."""
     tb = traceback.format_exc()
@@ -540,30 +574,34 @@ def failure(errors: list, what: str, log) -> None:
 
 
 def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, inputs: dict, eager_x: dict,
-               args, device, log, errors: list) -> list[dict]:
+               args, device, log, errors: list, turn: Turns | None = None, key: tuple = ()) -> list[dict]:
+    """Times ``mode`` for every entry: a setup (first call, warm-up), then rounds. Under a
+    coordinator (``turn``), each of them runs in a turn keyed ``(*key, round)`` (round -1: the setup)."""
+    turn = turn or Turns(False)
     fns, setup, vs_eager, runners, live = {}, {}, {}, [], []
-    for e in entries:
-        e.activate(pk)
-        try:
-            fn, runner = mode_callable(e, mode, inputs)
-            if runner is not None:
-                runners.append(runner)
-            sync(device)
-            t0 = time.perf_counter()
-            out = fn()
-            sync(device)
-            setup[e.label] = time.perf_counter() - t0
-            if mode != "full":
-                vs_eager[e.label] = rel_err(out, eager_x[e.label])
-            del out
-            for _ in range(args.warmup):
-                fn()
-            sync(device)
-        except Exception:  # noqa: BLE001
-            failure(errors, f"{mode} T={tokens} {e.label}", log)
-            continue
-        fns[e.label] = fn
-        live.append(e)
+    with turn(*key, -1):
+        for e in entries:
+            e.activate(pk)
+            try:
+                fn, runner = mode_callable(e, mode, inputs)
+                if runner is not None:
+                    runners.append(runner)
+                sync(device)
+                t0 = time.perf_counter()
+                out = fn()
+                sync(device)
+                setup[e.label] = time.perf_counter() - t0
+                if mode != "full":
+                    vs_eager[e.label] = rel_err(out, eager_x[e.label])
+                del out
+                for _ in range(args.warmup):
+                    fn()
+                sync(device)
+            except Exception:  # noqa: BLE001
+                failure(errors, f"{mode} T={tokens} {e.label}", log)
+                continue
+            fns[e.label] = fn
+            live.append(e)
     entries = live
     calls = {e.label: [] for e in entries}
     if not entries:
@@ -575,16 +613,17 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
     sampler = clock_sampler() if device.type == "cuda" else None
     for r in range(args.rounds):
         k = r % len(entries)
-        for e in entries[k:] + entries[:k]:
-            e.activate(pk)
-            if sampler is None:
-                ms, clock, power = time_calls(fns[e.label], args.iters, device), None, None
-            else:
-                ms, clock, power = sampler.window(lambda fn=fns[e.label]: time_calls(fn, args.iters, device))
-            calls[e.label] += ms
-            per_round[e.label].append(statistics.median(ms))
-            mhz[e.label].append(clock)
-            watts[e.label].append(power)
+        with turn(*key, r):
+            for e in entries[k:] + entries[:k]:
+                e.activate(pk)
+                if sampler is None:
+                    ms, clock, power = time_calls(fns[e.label], args.iters, device), None, None
+                else:
+                    ms, clock, power = sampler.window(lambda fn=fns[e.label]: time_calls(fn, args.iters, device))
+                calls[e.label] += ms
+                per_round[e.label].append(statistics.median(ms))
+                mhz[e.label].append(clock)
+                watts[e.label].append(power)
     recs = []
     for e in entries:
         recs.append({"variant": e.variant, "package": e.package, "tokens": tokens, "mode": mode,
@@ -622,6 +661,124 @@ def ratios(records: list[dict]) -> list[dict]:
             # time x clock: the forward in SM cycles, ours / upstream (what is left once the clock is out)
             rec["cycles_ours_over_upstream"] = statistics.median(x * c for x, c in pairs)
         out.append(rec)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One process per package, turns interleaved (--split-processes).
+#
+# ltx-core's compiled code cannot serve two packages named ltx_kernels in one process (Dynamo
+# resolves some of what it traced by module name: upstream's compile then finds this package's
+# modules), so compiled modes need a process per package. Run one after the other, two processes
+# differ by more than the packages do (the same bf16 model: 1.3 % between two such processes at
+# T = 32768). So the coordinator runs both at once and hands out the GPU: each setup, each round
+# and each profile of one process runs alone, and round r of every process runs next to round r of
+# the others, first one and then the other, alternating. bf16 runs in both processes: its ratio
+# between them (``process_control``) is the protocol's own floor.
+
+PROTOCOL = "@@ltx_core_block "
+
+
+def coordinate(commands: dict[str, list[str]], out=None) -> dict[str, int]:
+    """Runs one ``--serve`` worker per name (name -> argv) and grants turns: of the workers
+    waiting, those at the earliest key go one at a time, the first of them rotating from grant to
+    grant. Other output of the workers goes to ``out`` (stdout), prefixed with the name. Returns each
+    worker's exit status."""
+    out = out or sys.stdout
+    procs = {n: subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+             for n, c in commands.items()}
+
+    def until(n: str, what: str):
+        """The key of worker n's next ``what`` line; None at its end."""
+        for line in procs[n].stdout:
+            if line.startswith(PROTOCOL):
+                msg = json.loads(line[len(PROTOCOL):])
+                if what in msg:
+                    return tuple(msg[what])
+            else:
+                out.write(f"[{n}] {line}")
+                out.flush()
+        return None
+
+    waiting = {n: until(n, "ready") for n in procs}
+    grants = 0
+    while any(k is not None for k in waiting.values()):
+        first = min(k for k in waiting.values() if k is not None)
+        group = [n for n in procs if waiting[n] == first]
+        s = grants % len(group)
+        grants += len(group) > 1  # (a turn of one alone does not shift the alternation)
+        for n in group[s:] + group[:s]:
+            try:
+                procs[n].stdin.write("go\n")
+                procs[n].stdin.flush()
+            except BrokenPipeError:
+                pass
+            until(n, "done")
+        for n in group:
+            waiting[n] = until(n, "ready")
+    for p in procs.values():
+        with contextlib.suppress(BrokenPipeError):
+            p.stdin.close()
+    return {n: p.wait() for n, p in procs.items()}
+
+
+def worker_argv(argv: list[str], package: str, json_path: Path, workdir: Path | None) -> list[str]:
+    """The coordinator's own arguments for one package's worker: without --split-processes,
+    --packages, --json and --workdir (each worker gets its own)."""
+    drop_flag, drop_value = {"--split-processes"}, {"--packages", "--json", "--workdir"}
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in drop_flag:
+            continue
+        if name in drop_value:
+            skip = "=" not in a
+            continue
+        kept.append(a)
+    kept += ["--packages", package, "--serve", "--json", str(json_path)]
+    if workdir is not None:
+        kept += ["--workdir", str(workdir / package)]
+    return kept
+
+
+def merge(results: dict[str, dict]) -> dict:
+    """The workers' results (name -> results dict) as one: every record side by side, the bf16
+    records of each process named ``torch@<name>``; ratios; the bf16 control between processes."""
+    first = next(iter(results.values()))
+    res = {"environment": first["environment"], "notes": [],
+           "protocol": dict(first["protocol"], packages=list(results),
+                            isolation="one process per package, turns interleaved by a coordinator (--split-processes)"),
+           "ops_registered": {}, "ops_overlap": [], "accuracy": [], "timing": [], "ratios": [], "profile": [],
+           "errors": []}
+    for name, r in results.items():
+        res["ops_registered"].update(r.get("ops_registered", {}))
+        res["notes"] += [f"{name} process: {n}" for n in r.get("notes", [])]
+        res["errors"] += [dict(e, what=f"{name} process: {e['what']}") for e in r.get("errors", [])]
+        for key in ("accuracy", "timing", "profile"):
+            for rec in r.get(key, []):
+                res[key].append(dict(rec, package=f"torch@{name}") if rec.get("package") == "torch" else rec)
+    res["ratios"] = ratios(res["timing"])
+    res["process_control"] = process_control(res["timing"], list(results))
+    return res
+
+
+def process_control(records: list[dict], names: list[str]) -> list[dict]:
+    """bf16 (pure PyTorch, the same in every process) in the first process over the second, per
+    (T, mode): median of per-round ratios. Off 1.000 by what the split protocol itself costs."""
+    if len(names) < 2:
+        return []
+    by = {(r["package"], r["tokens"], r["mode"]): r for r in records if r["variant"] == "bf16"}
+    out = []
+    for (p, t, m), r in by.items():
+        other = by.get((f"torch@{names[1]}", t, m))
+        if p != f"torch@{names[0]}" or other is None:
+            continue
+        rr = [a / b for a, b in zip(r["round_medians_ms"], other["round_medians_ms"])]
+        out.append({"tokens": t, "mode": m, "processes": names[:2], "bf16_ratio": statistics.median(rr),
+                    "round_ratios": rr})
     return out
 
 
@@ -766,12 +923,15 @@ def print_tables(res: dict) -> None:
                 print(f"| {r['variant']} | {r.get('package', 'ours')} | {r['tokens']} | {r['mode']} | "
                       f"{r['ours_over_upstream']:.3f} | "
                       + (f"{clock:.3f} | {cycles:.3f} |" if clock and cycles else "- | - |"))
+        for c in res.get("process_control", []):
+            print(f"\nbf16 in the {c['processes'][0]} process / the {c['processes'][1]} process, T={c['tokens']} "
+                  f"{c['mode']}: {c['bf16_ratio']:.3f} (median of per-round ratios: the split protocol's floor)")
         comp = [r for r in tim if r["mode"] in ("compile", "captured")]
         if comp:
             print("\nfirst call (compile / capture) s: " + ", ".join(
                 f"{r['variant']}/{r['package']} {r['mode']} T={r['tokens']}: {r['setup_s']:.1f}" for r in comp))
     for err in res.get("errors", []):
-        print(f"\nFAILED {err['what']}: {err['traceback'].strip().splitlines()[-1]}")
+        print(f"\nFAILED {err['what']}: {(err['traceback'].strip().splitlines() or [''])[-1]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -800,6 +960,10 @@ def parse_args(argv=None):
     ap.add_argument("--ours-sm90-tiles", default="",
                     help="development: also time this package with every SM90 GEMM forced to each of these tiles, "
                          "e.g. 256x128x2,192x128x1 (entries ours@256x128x2, ...; same process, same models)")
+    ap.add_argument("--split-processes", action="store_true",
+                    help="one process per package, their setups, rounds and profiles interleaved by this one "
+                         "(ltx-core's compiled modes need it)")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a --split-processes worker
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo-commit", help="this repository's commit, when it is not a git checkout here")
     ap.add_argument("--workdir", type=Path, help="where the checkpoint goes (default: a temporary folder)")
@@ -836,9 +1000,35 @@ def parse_args(argv=None):
     return args
 
 
+def run_split(args, argv: list[str]) -> int:
+    """--split-processes: a worker per package under ``coordinate``, then their results as one."""
+    tmp = Path(tempfile.mkdtemp(prefix="ltx_core_block_split_"))
+    me = str(Path(__file__).resolve())
+    commands = {p: [sys.executable, me, *worker_argv(argv, p, tmp / f"{p}.json", args.workdir)] for p in args.packages}
+    rcs = coordinate(commands)
+    results = {p: json.loads((tmp / f"{p}.json").read_text()) for p in args.packages if (tmp / f"{p}.json").is_file()}
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not results:
+        raise SystemExit(f"no worker wrote results (exit statuses {rcs})")
+    res = merge(results)
+    res["notes"] += [f"{p} process exited with status {rc}" for p, rc in rcs.items() if rc]
+    print(f"\n# LTX-2 video transformer through ltx-core, one process per package ({', '.join(results)}), "
+          f"turns interleaved: {args.blocks} blocks, hidden {args.hidden}, device {res['environment']['device']}")
+    for n in res["notes"]:
+        print(f"note: {n}")
+    print_tables(res)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0 if not any(rcs.values()) else 1
+
+
 def main(argv=None) -> int:
     started = time.perf_counter()
     args = parse_args(argv)
+    if args.split_processes and not args.report:
+        return run_split(args, list(sys.argv[1:] if argv is None else argv))
+    turn = Turns(args.serve)
     if args.report:
         res = json.loads(args.report.read_text())
         res["ratios"] = ratios(res["timing"])  # with the columns added since the file was written
@@ -964,7 +1154,7 @@ def main(argv=None) -> int:
     prof_tokens = {int(t) for t in args.profile_tokens.split(",")} if args.profile_tokens else {max(args.tokens)}
 
     with torch.inference_mode():
-        for tokens in args.tokens:
+        for ti, tokens in enumerate(args.tokens):
             inputs = make_inputs(blc, tokens, args.context_tokens, args.hidden, device, args.seed)
             pk.activate(base)
             t0 = time.perf_counter()
@@ -996,24 +1186,26 @@ def main(argv=None) -> int:
                     if over_budget(f"{mode} T={tokens}"):
                         continue
                     live = [e for e in entries if e.label in eager_x]
-                    recs = run_timing(mode, tokens, live, pk, inputs, eager_x, args, device, log, res["errors"])
+                    recs = run_timing(mode, tokens, live, pk, inputs, eager_x, args, device, log, res["errors"],
+                                      turn, (ti, ALL_MODES.index(mode)))
                     res["timing"] += recs
                     res["ratios"] = ratios(res["timing"])
                     save()
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
             if args.profile and tokens in prof_tokens and not over_budget(f"profile T={tokens}"):
-                for e in entries:
-                    e.activate(pk)
-                    if args.profile_mode not in e.models and args.profile_mode not in ("eager", "graph", "full"):
-                        continue
-                    try:
-                        p = profile_entry(e, inputs, device, args.profile_mode)
-                    except Exception:  # noqa: BLE001
-                        failure(res["errors"], f"profile T={tokens} {e.label}", log)
-                        continue
-                    res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens, **p})
-                    print_profile(e.label, tokens, p)
+                with turn(ti, len(ALL_MODES), 0):
+                    for e in entries:
+                        e.activate(pk)
+                        if args.profile_mode not in e.models and args.profile_mode not in ("eager", "graph", "full"):
+                            continue
+                        try:
+                            p = profile_entry(e, inputs, device, args.profile_mode)
+                        except Exception:  # noqa: BLE001
+                            failure(res["errors"], f"profile T={tokens} {e.label}", log)
+                            continue
+                        res["profile"].append({"variant": e.variant, "package": e.package, "tokens": tokens, **p})
+                        print_profile(e.label, tokens, p)
                 save()
             del inputs, eager_x
             if device.type == "cuda":

@@ -8,7 +8,7 @@
 # in parallel; both builds are also packed as ours_ext.tgz / upstream_so.tgz so a later run can
 # reuse them with OURS_PREBUILT=tgz UPSTREAM_SO=tgz), first-use (tools/first_use.py), block-eager /
 # block-compile (bench/ltx_core_block.py eager+graph+full with a profile in one process /
-# compile+captured, one process per package),
+# compile+captured, one process per package with turns interleaved),
 # gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
 # variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight Compute
 # profile; NCU_CFGS: BMxBNxCL or LIB.so@BMxBNxCL; per-SASS stall samples in ncu_gemm_sass.csv.gz),
@@ -79,19 +79,14 @@ for phase in "$@"; do
         --budget-s "$BUDGET" --json "$OUT/block_eager.json" > "$OUT/block_eager.md" 2> "$LOGS/block_eager.log"
       tail -40 "$OUT/block_eager.md" ;;
     block-compile)
-      # One process per package: ltx-core's compiled code looks ltx_kernels' modules up by name, so
-      # two packages of that name cannot share a process under torch.compile. Processes alternate
-      # (ours, upstream, ours, upstream with COMPILE_ROUNDS=2); compare ratios within the run only.
+      # ltx-core's compiled code cannot serve two packages named ltx_kernels in one process, so
+      # --split-processes runs one process per package at once and interleaves their setups,
+      # rounds and profiles (bf16 in both processes: the protocol's floor, printed).
       [ -n "$UP" ] || UP=$(upstream_path)
-      : > "$OUT/block_compile.md"
-      for round in $(seq "${COMPILE_ROUNDS:-1}"); do
-        for pkg in ours upstream; do
-          python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured --packages "$pkg" \
-            ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} --budget-s "$BUDGET" \
-            --json "$LOGS/block_compile_${pkg}_$round.json" >> "$OUT/block_compile.md" 2> "$LOGS/block_compile_${pkg}_$round.log"
-        done
-      done
-      grep -E "^\| (bf16|fp8|fp6) \| [a-z]+ \| [0-9]+ \| [0-9.]+ \|" "$OUT/block_compile.md" | grep -v e-0 ;;
+      python bench/ltx_core_block.py --ltx2 "$SCRATCH" --upstream-path "$UP" --modes compile,captured --split-processes \
+        ${REPO_COMMIT:+--repo-commit $REPO_COMMIT} ${BLOCK_ARGS:-} --budget-s "$BUDGET" \
+        --json "$OUT/block_compile.json" > "$OUT/block_compile.md" 2> "$LOGS/block_compile.log"
+      sed -n '/^# LTX-2 video transformer/,$p' "$OUT/block_compile.md" | grep -v "^| .* e-0" ;;
     gemm)
       [ -n "$UP" ] || UP=$(upstream_path)
       libs=()
