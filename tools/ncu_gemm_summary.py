@@ -12,7 +12,11 @@ the instruction after a BAR.SYNC (a named-barrier wait shows on it; a DEPBAR rig
 as DEPBAR), mbarrier waits (the try-wait and its retry branch: a consumer waiting for a stage's
 data, a producer for a free stage) and the rest; and the hot loop's executed instructions per wave (per warp: executed
 instructions over executed first wgmmas of a wave). Samples of warps
-outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out.
+outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out
+of those shares; ``--outside N`` lists the N lines outside it with the most samples, each with its
+share of all the kernel's samples (in the cluster build, the producer warpgroup's three idle warps
+wait at the final cluster barrier, UCGABAR_WAIT, for the whole kernel: a quarter of its samples,
+issuing nothing).
 """
 from __future__ import annotations
 
@@ -72,9 +76,6 @@ def executed(line: dict) -> int:
 
 
 def split_hot_loop(lines: list[dict], hot: int) -> dict:
-    def samples(line):
-        return int(line["Warp Stall Sampling (All Samples)"] or 0)
-
     share = collections.Counter()
     after_bar = after_trywait = False
     hot_executed = wave_starts = 0
@@ -102,8 +103,22 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
         after_trywait = op.startswith("SYNCS.PHASECHK")
     total = sum(share.values()) or 1
     per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
+    all_samples = sum(samples(line) for line in lines) or 1
     return ({k: round(100.0 * v / total, 1) for k, v in share.most_common()}
-            | {"hot_loop_samples": total, "instructions_per_wave": per_wave})
+            | {"hot_loop_samples": total, "of_all_%": round(100.0 * total / all_samples, 1),
+               "instructions_per_wave": per_wave})
+
+
+def samples(line: dict) -> int:
+    return int(line["Warp Stall Sampling (All Samples)"] or 0)
+
+
+def outside_hot_loop(lines: list[dict], hot: int, n: int) -> list[str]:
+    """The n lines outside the hot loop with the most samples: share of all samples, executions, SASS."""
+    total = sum(samples(line) for line in lines) or 1
+    cold = sorted((line for line in lines if executed(line) < hot), key=samples, reverse=True)[:n]
+    return [f"{100.0 * samples(line) / total:5.1f} %  executed {executed(line):>9,}  {line['Source'].strip()[:90]}"
+            for line in cold]
 
 
 def barrier_waits(lines: list[dict]) -> list[int]:
@@ -121,6 +136,8 @@ def main() -> None:
     ap.add_argument("sass_csv_gz", nargs="?")
     ap.add_argument("--hot", type=int, default=100000)
     ap.add_argument("--waits", action="store_true", help="also list the executions of every mbarrier try-wait site")
+    ap.add_argument("--outside", type=int, default=0, metavar="N",
+                    help="also list the N lines outside the hot loop with the most samples")
     args = ap.parse_args()
     heads = headline(args.txt)
     sass = sass_kernels(args.sass_csv_gz) if args.sass_csv_gz else []
@@ -131,6 +148,8 @@ def main() -> None:
             print("  hot loop samples, %: " + "  ".join(f"{k}={v}" for k, v in split_hot_loop(sass[i][1], args.hot).items()))
             if args.waits:
                 print("  try-wait executions per site: " + " ".join(str(n) for n in barrier_waits(sass[i][1]) if n))
+            for row in outside_hot_loop(sass[i][1], args.hot, args.outside):
+                print("  outside the hot loop: " + row)
 
 
 if __name__ == "__main__":
