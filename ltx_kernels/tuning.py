@@ -24,8 +24,9 @@ from ._dispatch import forget_choices, log, resolve_backend_name, signature
 from .triton import next_pow2
 
 _SHIPPED = Path(__file__).with_name("configs")
-_lock = threading.Lock()
+_lock = threading.RLock()
 _memory: dict[str, dict] = {}
+_unwritable: set = set()  # cache files a store could not write (warned once each)
 
 
 def cache_dir() -> Path:
@@ -113,14 +114,21 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
         record.update(extra)
     path = cache_dir() / f"{_file_stem(dev)}.json"
     with _lock:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        on_disk = _load(path)
-        on_disk[entry_key(kernel, key)] = record
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-        _memory.setdefault(dev, {})[entry_key(kernel, key)] = record
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            on_disk = _load(path)
+            on_disk[entry_key(kernel, key)] = record
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "w") as f:
+                json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only or full cache: this process still uses the record
+            if path not in _unwritable:
+                _unwritable.add(path)
+                log.warning("cannot write the kernel config cache %s (%s); tuned configs are kept for this "
+                            "process only (LTX_KERNELS_CACHE_DIR moves the cache)", path, e)
+        _table(dev)  # (loaded before the record goes in, so a later first lookup cannot drop it)
+        _memory[dev][entry_key(kernel, key)] = record
         _choices.clear()
         forget_choices()
         global generation
@@ -135,6 +143,14 @@ def m_bucket(m: int) -> int:
 
 def autotune_enabled() -> bool:
     return os.environ.get("LTX_KERNELS_AUTOTUNE", "0") == "1"
+
+
+def can_time(device) -> bool:
+    """Whether candidates can be timed on ``device``: a CUDA device with compiled kernels (not CPU
+    tensors, not the Triton interpreter)."""
+    from ._dispatch import interpreter_on
+
+    return device is not None and torch.device(device).type == "cuda" and not interpreter_on()
 
 
 def bench_ms(fn: Callable[[], None], warmup_ms: int = 25, rep_ms: int = 100) -> float:
@@ -178,11 +194,14 @@ def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict
         return cfg
     cfg = lookup(kernel, key, device)
     if cfg is None:
-        if autotune_enabled() and candidates is not None and run is not None and not torch.compiler.is_compiling():
+        cfg = dict(heuristic)
+        if (autotune_enabled() and candidates is not None and run is not None and can_time(device)
+                and not torch.compiler.is_compiling()):
             log.debug("tuning %s %s", kernel, key)
-            cfg, _ = tune(kernel, key, candidates(), run, device)
-        else:
-            cfg = dict(heuristic)
+            try:
+                cfg, _ = tune(kernel, key, candidates(), run, device)
+            except RuntimeError as e:  # no candidate ran: the heuristic's config (which may say why)
+                log.warning("LTX_KERNELS_AUTOTUNE: %s; using the heuristic config", e)
     _choices[memo_key] = cfg
     return cfg
 

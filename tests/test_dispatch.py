@@ -97,6 +97,75 @@ def test_config_cache_round_trip(tmp_path, monkeypatch):
     tuning._memory.clear()
 
 
+def test_store_before_any_lookup_keeps_the_shipped_configs(tmp_path, monkeypatch):
+    """A record stored first (warmup, autotune) joins the configs already known, shipped ones
+    included, instead of standing alone in the process's table."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "cpu.json").write_text('{"device": "cpu", "configs": {"k|9": {"config": {"BLOCK": 2}, "ms": 1}}}')
+    monkeypatch.setattr(tuning, "_SHIPPED", shipped)
+    tuning._memory.clear()
+    tuning.store("k", (1,), {"BLOCK": 8}, 0.5, "cpu")
+    assert tuning.lookup("k", (9,), "cpu") == {"BLOCK": 2} and tuning.lookup("k", (1,), "cpu") == {"BLOCK": 8}
+    tuning._memory.clear()
+
+
+def test_unwritable_config_cache_warns_and_keeps_the_record(tmp_path, monkeypatch, caplog):
+    """A read-only or full cache must not fail the op that tuned: the record stays in memory, one
+    warning names the file."""
+    from ltx_kernels import tuning
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(blocker / "cache"))  # mkdir fails under a file
+    tuning._memory.clear()
+    with caplog.at_level(logging.WARNING, logger="ltx_kernels"):
+        tuning.store("k", (1, 2), {"BLOCK": 8}, 0.5, "cpu")
+        tuning.store("k", (3, 4), {"BLOCK": 16}, 0.5, "cpu")
+    assert tuning.lookup("k", (1, 2), "cpu") == {"BLOCK": 8} and tuning.lookup("k", (3, 4), "cpu") == {"BLOCK": 16}
+    assert caplog.text.count("cannot write the kernel config cache") == 1 and "a_file" in caplog.text
+    tuning._memory.clear()
+
+
+def test_autotune_without_a_gpu_uses_the_heuristic(tmp_path, monkeypatch):
+    """LTX_KERNELS_AUTOTUNE=1 where nothing can be timed (CPU tensors, the interpreter) runs the
+    op with its heuristic config; where no candidate runs, the heuristic too, with a warning."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LTX_KERNELS_AUTOTUNE", "1")
+    tuning._memory.clear()
+    tuning._choices.clear()
+    ran = []
+    run = lambda cfg: ran.append(cfg)  # noqa: E731
+    assert tuning.choose("k", ("cpu",), {"BLOCK": 4}, lambda: [{"BLOCK": 8}], run, device="cpu") == {"BLOCK": 4}
+    assert not ran  # nothing was timed on the CPU
+    monkeypatch.setattr(tuning, "can_time", lambda device: True)
+
+    def failing(cfg):
+        raise RuntimeError("out of resources")
+    assert tuning.choose("k", ("gpu",), {"BLOCK": 4}, lambda: [{"BLOCK": 8}], failing, device="cuda") == {"BLOCK": 4}
+    tuning._memory.clear()
+    tuning._choices.clear()
+
+
+def test_autotune_env_on_cpu_runs_the_op(monkeypatch):
+    """The public op under LTX_KERNELS_AUTOTUNE=1 on CPU tensors (it used to try to time candidates
+    and fail with 'no config ran')."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_AUTOTUNE", "1")
+    tuning._choices.clear()
+    x = torch.randn(3, 256)
+    q, s = lk.quantize_blockwise(x, backend="triton")
+    qr, sr = lk.quantize_blockwise(x, backend="torch")
+    assert torch.equal(q.view(torch.uint8), qr.view(torch.uint8)) and torch.equal(s, sr)
+    tuning._choices.clear()
+
+
 def test_backend_memo_keys_on_alignment():
     """The per-signature backend memo must not reuse a choice made for differently aligned data."""
     from ltx_kernels._dispatch import Op, signature
