@@ -187,10 +187,12 @@ def _fmt(d):
 
 
 def resolve_backend_name(backend: str | None) -> str:
+    name = "backend"
     if backend is None or backend == "auto":
         backend = os.environ.get("LTX_KERNELS_BACKEND", "auto") or "auto"
+        name = "LTX_KERNELS_BACKEND"
     if backend not in ("auto",) + BACKENDS:
-        raise ValueError(f"backend must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
+        raise ValueError(f"{name} must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
     return backend
 
 

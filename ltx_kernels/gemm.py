@@ -108,8 +108,21 @@ def sm90_tile_rate(cfg: tuple, k_blocks: Optional[int] = None) -> float:
     return SM90_TILES[cfg]
 
 
-# LTX_KERNELS_SM90_TILE="256,128,2", or "128,128,1,4" with K splits: force one config (benchmarks)
-_override = tuple(int(v) for v in os.environ.get("LTX_KERNELS_SM90_TILE", "").split(",") if v.strip())
+@functools.lru_cache(maxsize=None)
+def _forced() -> tuple:
+    """LTX_KERNELS_SM90_TILE="256,128,2", or "128,128,1,4" with 4 K slices: every SM90 launch of
+    the process takes that config (benchmarks); () when unset. Read at the first SM90 GEMM."""
+    text = os.environ.get("LTX_KERNELS_SM90_TILE", "").strip()
+    if not text:
+        return ()
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) not in (3, 4) or vals[:3] not in SM90_TILES or (len(vals) == 4 and vals[3] < 1):
+        raise ValueError(f"LTX_KERNELS_SM90_TILE={text!r}: expected BM,BN,CLUSTER or BM,BN,CLUSTER,SPLITS with "
+                         f"(BM, BN, CLUSTER) one of {sorted(SM90_TILES)} and SPLITS >= 1 (dividing K / 128)")
+    return vals
 
 
 def _sm90_units(m: int, n: int, cfg: tuple) -> int:
@@ -124,8 +137,8 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
     area over its measured rate (so padding and a ragged last wave count against big tiles; K
     decides which of the kernel's loops, and so which rate, applies)."""
-    if _override:
-        return _override[:3]
+    if _forced():
+        return _forced()[:3]
 
     def cost(cfg):
         bm, bn, cl = cfg
@@ -152,8 +165,8 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     the slices in order, adds the bias and rounds to bf16; that pass and the partials' traffic are
     what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one slice is
     faster than two."""
-    if len(_override) > 3:
-        return _override[3]
+    if len(_forced()) > 3:
+        return _forced()[3]
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128

@@ -48,8 +48,40 @@ def test_env_default_backend(monkeypatch, caplog):
         norm_rope.split_op.select("auto", x, c, s, None, False, 1e-6)
     assert "rms_norm_split_rope: torch (requested)" in caplog.text
     monkeypatch.setenv("LTX_KERNELS_BACKEND", "nope")
-    with pytest.raises(ValueError, match="backend must be one of"):
+    with pytest.raises(ValueError, match="LTX_KERNELS_BACKEND must be one of .*got 'nope'"):
         lk.rms_norm_split_rope(x, c, s)
+
+
+@pytest.mark.parametrize("text", ["abc", "256,128", "100,100,1", "256,128,2,0", "256,128,2,1,1"])
+def test_bad_sm90_tile_variable_names_itself(monkeypatch, text):
+    """LTX_KERNELS_SM90_TILE (benchmarks) is read at the first SM90 GEMM; a value that is not a
+    tile config says so instead of an int() error at import or a launch of an unknown config."""
+    from ltx_kernels import gemm
+
+    monkeypatch.setenv("LTX_KERNELS_SM90_TILE", text)
+    gemm._forced.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="LTX_KERNELS_SM90_TILE=.*expected BM,BN,CLUSTER"):
+            gemm.sm90_tile_config(4096, 4096, 132, 4096)
+    finally:
+        gemm._forced.cache_clear()
+
+
+def test_sm90_tile_variable_forces_the_config(monkeypatch):
+    from ltx_kernels import gemm
+
+    gemm._forced.cache_clear()
+    try:
+        monkeypatch.setenv("LTX_KERNELS_SM90_TILE", " 128,128,2 ")
+        assert gemm.sm90_tile_config(4096, 4096, 132, 4096) == (128, 128, 2)
+        gemm._forced.cache_clear()
+        monkeypatch.setenv("LTX_KERNELS_SM90_TILE", "128,128,1,4")
+        assert gemm.sm90_split_k(256, 4096, 4096, (128, 128, 1), 132) == 4
+        gemm._forced.cache_clear()
+        monkeypatch.delenv("LTX_KERNELS_SM90_TILE")
+        assert gemm.sm90_tile_config(32768, 4096, 132, 4096) in gemm.SM90_TILES
+    finally:
+        gemm._forced.cache_clear()
 
 
 def test_auto_logs_what_it_skipped(monkeypatch, caplog):
