@@ -110,6 +110,18 @@ class BlockwiseLinear(nn.Module):
     def forward(self, x):
         return linear_forward(x, self.fp8weight, self.weight_scale, self.bias, self.backend)
 
+    def _apply(self, fn, recurse=True):
+        """A model's dtype casts (``model.to(torch.bfloat16)``, ``.half()``) would turn the FP8 codes
+        and fp32 scales into plain floats (nn.Module casts every floating-point parameter): the
+        format's tensors keep their dtypes and only follow device moves."""
+        kept = {name: p.data for name, p in self._parameters.items() if p is not None}
+        super()._apply(fn, recurse)
+        for name, before in kept.items():
+            p = self._parameters[name]
+            if p is not None and p.dtype != before.dtype:
+                p.data = before.to(p.device)
+        return self
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 

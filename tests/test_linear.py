@@ -63,6 +63,27 @@ def test_state_dict_upstream_layout_round_trip(cls, device):
     assert torch.equal(dst(x), src(x))
 
 
+@pytest.mark.parametrize("swap", [False, True], ids=["data", "swap_tensors"])
+@pytest.mark.parametrize("cls", LAYERS)
+def test_model_dtype_casts_keep_the_format(cls, swap, device, monkeypatch):
+    """model.to(torch.float16) / .half() / .bfloat16() cast every floating-point parameter; the
+    layer's FP8 codes, fp32 scales and fp32 bias keep their dtypes (and values), the rest of the
+    model is cast (both of torch's ways of converting module parameters)."""
+    monkeypatch.setattr(torch.__future__, "get_swap_module_params_on_conversion", lambda: swap)
+    lin = nn.Linear(256, 384, device=device, dtype=torch.bfloat16)
+    model = nn.Sequential(cls.from_linear(lin), nn.Linear(384, 8, device=device))
+    before = {n: t.clone() for n, t in model[0].state_dict().items()}
+    x = torch.randn(5, 256, device=device, dtype=torch.bfloat16)
+    y0 = model[0](x)
+    model.to(torch.float16).bfloat16().half()
+    assert model[1].weight.dtype == torch.float16
+    after = model[0].state_dict()
+    for n, t in before.items():
+        assert after[n].dtype == t.dtype and torch.equal(after[n].view(torch.uint8), t.view(torch.uint8)), n
+    assert all(not p.requires_grad and isinstance(p, nn.Parameter) for p in model[0].parameters())
+    assert torch.equal(model[0](x), y0)
+
+
 def test_fp6_weight_codes_are_the_fp6_quantized_ones(device):
     lin = _linear(device)
     layer = lk.BlockwiseFP6Linear.from_linear(lin)
