@@ -9,8 +9,9 @@ The hot loop is every SASS line executed at least --hot times (default 100000: t
 lines at LTX-2 sizes). Its samples are split by instruction: WARPGROUP.DEPBAR (a consumer waiting
 for its own wgmma: the tensor pipe is busy with it), FFMA / FMUL (the promotion), QGMMA (issue),
 the instruction after a BAR.SYNC (a named-barrier wait shows on it; a DEPBAR right after one counts
-as DEPBAR), mbarrier waits (the try-wait and its retry branch: a consumer waiting for a stage's
-data, a producer for a free stage) and the rest; and the hot loop's executed instructions per wave (per warp: executed
+as DEPBAR), mbarrier waits (the try-wait, and the branch on its predicate, where a warp whose
+stage is not ready stalls: a consumer waiting for a stage's data, a producer for a free stage;
+ptxas may schedule a few instructions between the two) and the rest; and the hot loop's executed instructions per wave (per warp: executed
 instructions over executed first wgmmas of a wave). Samples of warps
 outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out
 of those shares; ``--outside N`` lists the N lines outside it with the most samples, each with its
@@ -75,9 +76,15 @@ def executed(line: dict) -> int:
     return int(line["Instructions Executed"].replace(",", "") or 0)
 
 
+def waits_on(src: str, pred: str | None, since: int, window: int = 4) -> bool:
+    """Whether a branch tests the predicate a try-wait wrote at most ``window`` instructions before."""
+    return pred is not None and since <= window and bool(re.match(rf"@!?{pred}\s+BRA", src))
+
+
 def split_hot_loop(lines: list[dict], hot: int) -> dict:
     share = collections.Counter()
-    after_bar = after_trywait = False
+    after_bar = False
+    wait_pred, since_wait = None, 99  # the predicate the last try-wait wrote, instructions since
     hot_executed = wave_starts = 0
     for line in lines:
         src = line["Source"].strip()
@@ -92,7 +99,7 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
                 kind = "promotion FFMA/FMUL"
             elif op.startswith("QGMMA"):
                 kind = "QGMMA issue"
-            elif op.startswith("SYNCS.PHASECHK") or (after_trywait and op == "BRA"):
+            elif op.startswith("SYNCS.PHASECHK") or (op == "BRA" and waits_on(src, wait_pred, since_wait)):
                 kind = "mbarrier wait"
             elif after_bar:
                 kind = "after BAR.SYNC"
@@ -100,7 +107,11 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
                 kind = "other"
             share[kind] += samples(line)
         after_bar = op.startswith("BAR.SYNC")
-        after_trywait = op.startswith("SYNCS.PHASECHK")
+        if op.startswith("SYNCS.PHASECHK"):
+            m = re.search(r"PHASECHK\S*\s+(P\d)", src)
+            wait_pred, since_wait = (m.group(1) if m else None), 0
+        else:
+            since_wait += 1
     total = sum(share.values()) or 1
     per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
     all_samples = sum(samples(line) for line in lines) or 1
