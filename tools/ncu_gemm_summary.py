@@ -77,8 +77,9 @@ def executed(line: dict) -> int:
 
 
 def waits_on(src: str, pred: str | None, since: int, window: int = 4) -> bool:
-    """Whether a branch tests the predicate a try-wait wrote at most ``window`` instructions before."""
-    return pred is not None and since <= window and bool(re.match(rf"@!?{pred}\s+BRA", src))
+    """Whether a branch retries while the predicate a try-wait wrote at most ``window`` instructions
+    before is false (the wait loop's ``@!Pn BRA``)."""
+    return pred is not None and since <= window and bool(re.match(rf"@!{pred}\s+BRA", src))
 
 
 def split_hot_loop(lines: list[dict], hot: int) -> dict:
@@ -112,6 +113,8 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
             wait_pred, since_wait = (m.group(1) if m else None), 0
         else:
             since_wait += 1
+            if wait_pred and re.match(rf"(@!?U?P\w+\s+)?\S+\s+{wait_pred},", src):  # written again
+                wait_pred = None
     total = sum(share.values()) or 1
     per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
     all_samples = sum(samples(line) for line in lines) or 1
