@@ -32,6 +32,10 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   gm16       tile order: groups of 16 row blocks instead of 8
   txlast     the producer arrives on a stage's full barrier with its byte count after issuing the
              stage's TMA loads instead of before (deep_gemm's order: the loads leave sooner)
+  epiwait    one-wave tiles (192x128), whole-ring loop: at a tile's first block the consumer waits
+             for its wgmma and releases stage 0 before the previous tile's epilogue, instead of
+             running the epilogue under that wgmma and releasing after it (stage 0 refilled sooner;
+             the epilogue no longer hidden under the consumer's own wgmma)
 """
 from __future__ import annotations
 
@@ -158,6 +162,36 @@ GM16 = [("constexpr int kGroupM = 8;", "constexpr int kGroupM = 16;")]
 _EXPECT = "          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes + kSbBoxBytes);\n"
 _SB_LOAD = "          tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb & ~3, nb0);\n"
 TXLAST = [(_EXPECT, ""), (_SB_LOAD, _SB_LOAD + _EXPECT)]
+_WHOLE_RING_TILE_START = """\
+          if (w == 0 && close_previous) {  // the previous tile's epilogue, under this wave's wgmma
+            epilogue();
+            unit += num_clusters;
+            begin_tile();
+          }
+          wgmma_wait<0>();
+          fence_operands(acc);
+          if (w == kWaves - 1) release();
+          promote(w, acc, sc);
+"""
+EPIWAIT = [(_WHOLE_RING_TILE_START, """\
+          const bool early = kWaves == 1 && w == 0 && close_previous;
+          if (early) {  // stage 0 released before the previous tile's epilogue, not after it
+            wgmma_wait<0>();
+            fence_operands(acc);
+            release();
+          }
+          if (w == 0 && close_previous) {
+            epilogue();
+            unit += num_clusters;
+            begin_tile();
+          }
+          if (!early) {
+            wgmma_wait<0>();
+            fence_operands(acc);
+            if (w == kWaves - 1) release();
+          }
+          promote(w, acc, sc);
+""")]
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
@@ -172,6 +206,7 @@ REPLACEMENTS = {
     "ngroup32": _ngroup(32),
     "gm16": GM16,
     "txlast": TXLAST,
+    "epiwait": EPIWAIT,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
