@@ -36,3 +36,16 @@ def test_waits_count_the_branch_on_the_try_wait_predicate():
     assert got["DEPBAR (own wgmma)"] == round(100 * 30 / n, 1) and got["promotion FFMA/FMUL"] == round(100 * 8 / n, 1)
     assert got["of_all_%"] == round(100 * n / (n + 1), 1) and got["instructions_per_wave"] == 11.0
     assert S.outside_hot_loop(lines, 100000, 1)[0].split("%")[0].strip() == "0.7"
+
+
+def test_wait_sites():
+    lines = [
+        row("SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR13+0x35400], R107", 10),
+        row("IMAD.U32 R111, RZ, RZ, UR16", 5),
+        row("@!P2  BRA 0x7fd27b7b06e0", 40),
+        row("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR13+0x35408], R6", 1),
+        row("@!P0  BRA 0x7fd27b7b0620", 4),
+        row("FFMA R1, R2, R3, R1", 40),
+    ]
+    assert S.wait_sites(lines, 100000) == ["[UR13+0x35400] executed 200,000: 50.0 %",
+                                           "[UR13+0x35408] executed 200,000: 5.0 %"]

@@ -144,12 +144,33 @@ def barrier_waits(lines: list[dict]) -> list[int]:
     return [executed(line) for line in lines if "SYNCS.PHASECHK" in line["Source"]]
 
 
+def wait_sites(lines: list[dict], hot: int) -> list[str]:
+    """Each try-wait site of the hot loop: its barrier operand, executions, and the samples of the
+    wait (the try-wait and its retry branch) as a share of the hot loop's samples."""
+    total = sum(samples(line) for line in lines if executed(line) >= hot) or 1
+    sites, pred, since = [], None, 99
+    for line in lines:
+        src = line["Source"].strip()
+        op = src.split()[1] if src.startswith("@") else src.split()[0]
+        if op.startswith("SYNCS.PHASECHK"):
+            m = re.search(r"PHASECHK\S*\s+(P\d),\s*(\[[^\]]*\])", src)
+            pred, since = (m.group(1) if m else None), 0
+            if executed(line) >= hot:
+                sites.append([m.group(2) if m else "?", executed(line), samples(line)])
+            continue
+        since += 1
+        if sites and op == "BRA" and executed(line) >= hot and waits_on(src, pred, since - 1):
+            sites[-1][2] += samples(line)
+    return [f"{where} executed {n:,}: {100.0 * k / total:.1f} %" for where, n, k in sites]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("txt")
     ap.add_argument("sass_csv_gz", nargs="?")
     ap.add_argument("--hot", type=int, default=100000)
-    ap.add_argument("--waits", action="store_true", help="also list the executions of every mbarrier try-wait site")
+    ap.add_argument("--waits", action="store_true",
+                    help="also list the executions of every mbarrier try-wait site, and the hot loop's waits by site")
     ap.add_argument("--outside", type=int, default=0, metavar="N",
                     help="also list the N lines outside the hot loop with the most samples")
     args = ap.parse_args()
@@ -162,6 +183,8 @@ def main() -> None:
             print("  hot loop samples, %: " + "  ".join(f"{k}={v}" for k, v in split_hot_loop(sass[i][1], args.hot).items()))
             if args.waits:
                 print("  try-wait executions per site: " + " ".join(str(n) for n in barrier_waits(sass[i][1]) if n))
+                for site in wait_sites(sass[i][1], args.hot):
+                    print("  hot-loop wait at " + site)
             for row in outside_hot_loop(sass[i][1], args.hot, args.outside):
                 print("  outside the hot loop: " + row)
 
