@@ -297,3 +297,14 @@ def test_compiled_graph_runs_planned_ops():
     assert fp6._plans.get(_dispatch.signature(("fp6_unpack", p, 256, "auto", gen)))
     assert quantize._plans.get(_dispatch.signature(("dequantize", codes.view(torch.float8_e4m3fn), s, torch.bfloat16,
                                                     "auto", gen)))
+
+
+def test_direct_launcher_refuses_a_tensor_among_the_fixed_arguments():
+    """A plan's launcher passes the first call's fixed arguments to every later launch: a tensor
+    there would silently stand in for later calls' tensors."""
+    from ltx_kernels.triton import direct_launcher
+
+    x, y = torch.zeros(4), torch.zeros(4)
+    assert direct_launcher(None, (1,), (x, y, 4, 1), 2) is None
+    with pytest.raises(ValueError, match=r"arguments \[2\] are tensors but n_dynamic=2"):
+        direct_launcher(None, (1,), (x, y, torch.zeros(1), 4), 2)

@@ -42,6 +42,10 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
     and integers equal to 1 / divisible by 16 in the same places): the per-signature plans of the
     wrappers key on exactly the shapes, strides, dtypes and pointer alignments that decide these.
     """
+    # A tensor among the fixed arguments would be the first call's in every later launch.
+    stray = [i for i, a in enumerate(args) if i >= n_dynamic and isinstance(a, torch.Tensor)]
+    if stray:
+        raise ValueError(f"direct_launcher: arguments {stray} are tensors but n_dynamic={n_dynamic}")
     if compiled is None or interpreter_on():
         return None
     try:
