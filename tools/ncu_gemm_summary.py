@@ -82,14 +82,30 @@ def waits_on(src: str, pred: str | None, since: int, window: int = 4) -> bool:
     return pred is not None and since <= window and bool(re.match(rf"@!{pred}\s+BRA", src))
 
 
-def split_hot_loop(lines: list[dict], hot: int) -> dict:
-    share = collections.Counter()
-    after_bar = False
-    wait_pred, since_wait = None, 99  # the predicate the last try-wait wrote, instructions since
-    hot_executed = wave_starts = 0
+def scan(lines: list[dict]):
+    """Each SASS line as (line, source, opcode, wait): ``wait`` is the try-wait line an mbarrier
+    wait's line belongs to (the try-wait itself, or the retry branch on its predicate, which ptxas
+    may schedule a few instructions later), else None."""
+    trywait, pred, since = None, None, 99  # the last try-wait, its predicate, instructions since
     for line in lines:
         src = line["Source"].strip()
         op = src.split()[1] if src.startswith("@") else src.split()[0]
+        if op.startswith("SYNCS.PHASECHK"):
+            m = re.search(r"PHASECHK\S*\s+(P\d)", src)
+            trywait, pred, since = line, (m.group(1) if m else None), 0
+            yield line, src, op, line
+            continue
+        yield line, src, op, trywait if op == "BRA" and waits_on(src, pred, since) else None
+        since += 1
+        if pred and re.match(rf"(@!?U?P\w+\s+)?\S+\s+{pred},", src):  # written again
+            pred = None
+
+
+def split_hot_loop(lines: list[dict], hot: int) -> dict:
+    share = collections.Counter()
+    after_bar = False
+    hot_executed = wave_starts = 0
+    for line, src, op, wait in scan(lines):
         if executed(line) >= hot:
             hot_executed += executed(line)
             if op.startswith("QGMMA") and "!UPT" in src:  # a wave's first wgmma (fresh accumulator)
@@ -100,7 +116,7 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
                 kind = "promotion FFMA/FMUL"
             elif op.startswith("QGMMA"):
                 kind = "QGMMA issue"
-            elif op.startswith("SYNCS.PHASECHK") or (op == "BRA" and waits_on(src, wait_pred, since_wait)):
+            elif wait is not None:
                 kind = "mbarrier wait"
             elif after_bar:
                 kind = "after BAR.SYNC"
@@ -108,13 +124,6 @@ def split_hot_loop(lines: list[dict], hot: int) -> dict:
                 kind = "other"
             share[kind] += samples(line)
         after_bar = op.startswith("BAR.SYNC")
-        if op.startswith("SYNCS.PHASECHK"):
-            m = re.search(r"PHASECHK\S*\s+(P\d)", src)
-            wait_pred, since_wait = (m.group(1) if m else None), 0
-        else:
-            since_wait += 1
-            if wait_pred and re.match(rf"(@!?U?P\w+\s+)?\S+\s+{wait_pred},", src):  # written again
-                wait_pred = None
     total = sum(share.values()) or 1
     per_wave = round(hot_executed / wave_starts, 1) if wave_starts else None
     all_samples = sum(samples(line) for line in lines) or 1
@@ -148,20 +157,14 @@ def wait_sites(lines: list[dict], hot: int) -> list[str]:
     """Each try-wait site of the hot loop: its barrier operand, executions, and the samples of the
     wait (the try-wait and its retry branch) as a share of the hot loop's samples."""
     total = sum(samples(line) for line in lines if executed(line) >= hot) or 1
-    sites, pred, since = [], None, 99
-    for line in lines:
-        src = line["Source"].strip()
-        op = src.split()[1] if src.startswith("@") else src.split()[0]
-        if op.startswith("SYNCS.PHASECHK"):
-            m = re.search(r"PHASECHK\S*\s+(P\d),\s*(\[[^\]]*\])", src)
-            pred, since = (m.group(1) if m else None), 0
-            if executed(line) >= hot:
-                sites.append([m.group(2) if m else "?", executed(line), samples(line)])
-            continue
-        since += 1
-        if sites and op == "BRA" and executed(line) >= hot and waits_on(src, pred, since - 1):
-            sites[-1][2] += samples(line)
-    return [f"{where} executed {n:,}: {100.0 * k / total:.1f} %" for where, n, k in sites]
+    sites = {}  # id of the try-wait line -> [barrier operand, executions, samples], in code order
+    for line, src, op, wait in scan(lines):
+        if wait is line and executed(line) >= hot:
+            m = re.search(r"PHASECHK\S*\s+P\d,\s*(\[[^\]]*\])", src)
+            sites[id(line)] = [m.group(1) if m else "?", executed(line), samples(line)]
+        elif wait is not None and id(wait) in sites and executed(line) >= hot:
+            sites[id(wait)][2] += samples(line)
+    return [f"{where} executed {n:,}: {100.0 * k / total:.1f} %" for where, n, k in sites.values()]
 
 
 def main() -> None:
