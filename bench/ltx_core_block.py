@@ -6,7 +6,7 @@ Usage
 -----
     python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
         --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
-        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540] \
+        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540] \\
         [--ours-sm90-tiles 256x128x2,192x128x1] [--split-processes]
     python bench/ltx_core_block.py --ltx2 /work/up --smoke [--time] # CPU, TRITON_INTERPRET=1, ~1 min
     python bench/ltx_core_block.py --report out.json                # the tables of an earlier run
@@ -259,7 +259,6 @@ class Sm90Hook:
 
     def __init__(self, ltx_kernels, library: Path | None = None):
         self.tile: tuple | None = None
-        self.library = library
         self._launch = _import_tool("gemm_protocols").lib_gemm(str(library)) if library else None
         ext = ltx_kernels._ext
         real_load = ext.load
@@ -641,6 +640,11 @@ def run_timing(mode: str, tokens: int, entries: list[Entry], pk: Packages, input
     return recs
 
 
+def round_ratios(r: dict, other: dict) -> list[float]:
+    """Per round, r's median time over other's (the rounds ran side by side)."""
+    return [a / b for a, b in zip(r["round_medians_ms"], other["round_medians_ms"])]
+
+
 def ratios(records: list[dict]) -> list[dict]:
     """ours / upstream per (variant, T, mode), for each of this package's entries (the host's tiles,
     and each forced tile): median of the per-round ratios (same clock)."""
@@ -650,7 +654,7 @@ def ratios(records: list[dict]) -> list[dict]:
         up = by.get((v, "upstream", t, m))
         if not p.startswith("ours") or up is None:
             continue
-        rr = [a / b for a, b in zip(r["round_medians_ms"], up["round_medians_ms"])]
+        rr = round_ratios(r, up)
         rec = {"variant": v, "package": p, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr),
                "round_ratios": rr}
         # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
@@ -708,11 +712,9 @@ def coordinate(commands: dict[str, list[str]], out=None) -> dict[str, int]:
         s = grants % len(group)
         grants += len(group) > 1  # (a turn of one alone does not shift the alternation)
         for n in group[s:] + group[:s]:
-            try:
+            with contextlib.suppress(BrokenPipeError):
                 procs[n].stdin.write("go\n")
                 procs[n].stdin.flush()
-            except BrokenPipeError:
-                pass
             until(n, "done")
         for n in group:
             waiting[n] = until(n, "ready")
@@ -776,7 +778,7 @@ def process_control(records: list[dict], names: list[str]) -> list[dict]:
         other = by.get((f"torch@{names[1]}", t, m))
         if p != f"torch@{names[0]}" or other is None:
             continue
-        rr = [a / b for a, b in zip(r["round_medians_ms"], other["round_medians_ms"])]
+        rr = round_ratios(r, other)
         out.append({"tokens": t, "mode": m, "processes": names[:2], "bf16_ratio": statistics.median(rr),
                     "round_ratios": rr})
     return out
