@@ -20,11 +20,11 @@ from typing import Callable, Iterable
 
 import torch
 
-from ._dispatch import forget_choices, log, resolve_backend_name, signature
+from ._dispatch import forget_choices, interpreter_on, log, resolve_backend_name, signature
 from .triton import next_pow2
 
 _SHIPPED = Path(__file__).with_name("configs")
-_lock = threading.RLock()
+_lock = threading.Lock()
 _memory: dict[str, dict] = {}
 _unwritable: set = set()  # cache files a store could not write (warned once each)
 
@@ -113,6 +113,7 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
     if extra:
         record.update(extra)
     path = cache_dir() / f"{_file_stem(dev)}.json"
+    table = _table(dev)  # (loaded before the record goes in, so a later first lookup cannot drop it)
     with _lock:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,8 +128,7 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
                 _unwritable.add(path)
                 log.warning("cannot write the kernel config cache %s (%s); tuned configs are kept for this "
                             "process only (LTX_KERNELS_CACHE_DIR moves the cache)", path, e)
-        _table(dev)  # (loaded before the record goes in, so a later first lookup cannot drop it)
-        _memory[dev][entry_key(kernel, key)] = record
+        table[entry_key(kernel, key)] = record
         _choices.clear()
         forget_choices()
         global generation
@@ -148,8 +148,6 @@ def autotune_enabled() -> bool:
 def can_time(device) -> bool:
     """Whether candidates can be timed on ``device``: a CUDA device with compiled kernels (not CPU
     tensors, not the Triton interpreter)."""
-    from ._dispatch import interpreter_on
-
     return device is not None and torch.device(device).type == "cuda" and not interpreter_on()
 
 
