@@ -137,8 +137,8 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
     area over its measured rate (so padding and a ragged last wave count against big tiles; K
     decides which of the kernel's loops, and so which rate, applies)."""
-    if _forced():
-        return _forced()[:3]
+    if forced := _forced():
+        return forced[:3]
 
     def cost(cfg):
         bm, bn, cl = cfg
@@ -165,8 +165,8 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     the slices in order, adds the bias and rounds to bf16; that pass and the partials' traffic are
     what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one slice is
     faster than two."""
-    if len(_forced()) > 3:
-        return _forced()[3]
+    if len(forced := _forced()) > 3:
+        return forced[3]
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128
