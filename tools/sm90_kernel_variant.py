@@ -162,36 +162,16 @@ GM16 = [("constexpr int kGroupM = 8;", "constexpr int kGroupM = 16;")]
 _EXPECT = "          mbar_expect_tx(&s.full[stage], Cfg::kStageBytes + kSbBoxBytes);\n"
 _SB_LOAD = "          tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb & ~3, nb0);\n"
 TXLAST = [(_EXPECT, ""), (_SB_LOAD, _SB_LOAD + _EXPECT)]
-_WHOLE_RING_TILE_START = """\
-          if (w == 0 && close_previous) {  // the previous tile's epilogue, under this wave's wgmma
-            epilogue();
-            unit += num_clusters;
-            begin_tile();
-          }
-          wgmma_wait<0>();
-          fence_operands(acc);
-          if (w == kWaves - 1) release();
-          promote(w, acc, sc);
-"""
-EPIWAIT = [(_WHOLE_RING_TILE_START, """\
-          const bool early = kWaves == 1 && w == 0 && close_previous;
-          if (early) {  // stage 0 released before the previous tile's epilogue, not after it
-            wgmma_wait<0>();
-            fence_operands(acc);
-            release();
-          }
-          if (w == 0 && close_previous) {
-            epilogue();
-            unit += num_clusters;
-            begin_tile();
-          }
-          if (!early) {
-            wgmma_wait<0>();
-            fence_operands(acc);
-            if (w == kWaves - 1) release();
-          }
-          promote(w, acc, sc);
-""")]
+_EPILOGUE_RING = "          if (w == 0 && close_previous) {  // the previous tile's epilogue, under this wave's wgmma\n"
+_INDENT = re.compile(r"^(?=.)", re.M)
+EPIWAIT = [(_EPILOGUE_RING,
+            "          const bool early = kWaves == 1 && w == 0 && close_previous;\n"
+            "          if (early) {  // stage 0 released before the previous tile's epilogue, not after it\n"
+            + _INDENT.sub("  ", _WAIT_RELEASE.replace("if (w == kWaves - 1) ", ""))
+            + "          }\n"
+            "          if (w == 0 && close_previous) {\n"),
+           (_TILE_RING, "            begin_tile();\n          }\n          if (!early) {\n"
+            + _INDENT.sub("  ", _WAIT_RELEASE) + "          }\n")]
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
