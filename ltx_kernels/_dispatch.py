@@ -113,7 +113,24 @@ class Op:
         sig = signature(args)
         key = None if sig is None else (resolve_backend_name(backend), sig)
         b = self._memo.get(key) or self._memo.put(key, self.select(backend, *args))
-        return b.fn(*args)
+        index = other_cuda_device(args)
+        if index is None:
+            return b.fn(*args)
+        with torch.cuda.device(index):
+            return b.fn(*args)
+
+
+def other_cuda_device(args) -> int | None:
+    """The index of the first tensor's CUDA device when it is not the current device, else None.
+    Triton compiles, loads, times (events, the allocator) and launches on the current device, not on
+    its arguments' (the CUDA extensions guard the device themselves): a call on tensors of another
+    device runs with that device made current."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.device.type != "cuda" or a.device.index == torch.cuda.current_device():
+                return None
+            return a.device.index
+    return None
 
 
 def signature(args) -> tuple:

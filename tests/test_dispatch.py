@@ -308,3 +308,73 @@ def test_direct_launcher_refuses_a_tensor_among_the_fixed_arguments():
     assert direct_launcher(None, (1,), (x, y, 4, 1), 2) is None
     with pytest.raises(ValueError, match=r"arguments \[2\] are tensors but n_dynamic=2"):
         direct_launcher(None, (1,), (x, y, torch.zeros(1), 4), 2)
+
+
+class _OnCuda1(torch.Tensor):
+    """A CPU tensor that says it lives on cuda:1 (what the device-guard logic reads)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 1)
+
+
+class _Devices:
+    """Stand-ins for torch's current-device calls: device 0 current, ``torch.cuda.device(i)``
+    switches it for its block; ``seen`` records the current device at each call of a kernel."""
+
+    def __init__(self, monkeypatch):
+        self.current, self.seen = 0, []
+        devices = self
+
+        class Switch:
+            def __init__(self, index):
+                self.index = index
+
+            def __enter__(self):
+                self.prev, devices.current = devices.current, self.index
+
+            def __exit__(self, *exc):
+                devices.current = self.prev
+
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "device", Switch)
+        monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: self.current, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
+
+    def kernel(self, *args):
+        self.seen.append(self.current)
+
+
+def test_op_runs_a_call_on_another_device_with_that_device_current(monkeypatch):
+    """Triton compiles, tunes and launches on the current device: a call on tensors of cuda:1 while
+    cuda:0 is current must switch (the CUDA extensions' own guards do the same), and switch back."""
+    devs = _Devices(monkeypatch)
+    op = _dispatch.Op("device_guard_probe")
+    _dispatch._ops.remove(op)
+    op.register("torch")(devs.kernel)
+    op("torch", 3, torch.Tensor._make_subclass(_OnCuda1, torch.zeros(4)))
+    op("torch", torch.zeros(4))
+    assert devs.seen == [1, 0] and devs.current == 0
+
+
+def test_direct_launcher_launches_on_the_tensors_device(monkeypatch):
+    from ltx_kernels.triton import direct_launcher
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    devs = _Devices(monkeypatch)
+    streams = []
+
+    class Compiled:
+        function, packed_metadata = object(), object()
+
+        @staticmethod
+        def run(g0, g1, g2, stream, *rest):
+            streams.append(stream)
+            devs.kernel()
+
+    x = torch.Tensor._make_subclass(_OnCuda1, torch.zeros(4))
+    launch = direct_launcher(Compiled, (2,), (x, 7), 1)
+    launch(x)
+    devs.current = 1
+    launch(x)
+    assert devs.seen == [1, 1] and streams == [1001, 1001] and devs.current == 1

@@ -37,10 +37,11 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
     ``args`` are all the kernel's parameters in signature order, constexprs included, as Triton
     3.4-3.9 pass them to ``CompiledKernel.run``; the first ``n_dynamic`` (the tensors) are given
     per launch, the rest stay fixed; each launch goes to the current stream of the first tensor's
-    device (the device is part of the signature). The caller must only reuse it for arguments that
-    Triton would specialize identically (same dtypes, constexprs, 16-byte alignment of pointers,
-    and integers equal to 1 / divisible by 16 in the same places): the per-signature plans of the
-    wrappers key on exactly the shapes, strides, dtypes and pointer alignments that decide these.
+    device (the device is part of the signature), with that device made current. The caller must
+    only reuse it for arguments that Triton would specialize identically (same dtypes, constexprs,
+    16-byte alignment of pointers, and integers equal to 1 / divisible by 16 in the same places):
+    the per-signature plans of the wrappers key on exactly the shapes, strides, dtypes and pointer
+    alignments that decide these; the first launch must have run on that device (``Op`` calls do).
     """
     # A tensor among the fixed arguments would be the first call's in every later launch.
     stray = [i for i, a in enumerate(args) if i >= n_dynamic and isinstance(a, torch.Tensor)]
@@ -61,9 +62,15 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
         return None
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     fixed = tuple(args[n_dynamic:])
-    stream, index = torch._C._cuda_getCurrentRawStream, args[0].device.index
+    stream, current, index = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice, args[0].device.index
 
     def launch(*dynamic):
-        run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
+        if current() == index:
+            run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
+            return
+        # the compiled function belongs to its device's context, and Triton's launcher (with its
+        # scratch allocations) works in the current one
+        with torch.cuda.device(index):
+            run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
 
     return launch
