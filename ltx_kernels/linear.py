@@ -30,11 +30,15 @@ def _check_features(cls: str, in_features: int, out_features: int) -> None:
 
 def linear_forward(x, weight_fp8, weight_scale, bias, backend="auto"):
     """``x @ dequant(weight)^T + bias`` through the blockwise FP8 GEMM; x a float tensor
-    ``[..., in]`` or a ``(q, scales)`` pair with scales ``[M, in/128]``."""
+    ``[..., in]`` (also as upstream's ``(x, None)``) or a ``(q, scales)`` pair with scales
+    ``[M, in/128]``."""
     k = weight_fp8.shape[1]
-    if isinstance(x, (tuple, list)):
-        if len(x) != 2:
-            raise ValueError(f"a quantized input must be a (q, scales) pair, got {len(x)} items")
+    pair = isinstance(x, (tuple, list))
+    if pair and len(x) != 2:
+        raise ValueError(f"a quantized input must be a (q, scales) pair, got {len(x)} items")
+    if pair and x[1] is None:  # upstream's spelling of a float input
+        x, pair = x[0], False
+    if pair:
         q, scales = x
         chk.tensor("x[0] (q)", q, dtypes=(FP8,), min_ndim=1)
     else:

@@ -98,6 +98,7 @@ def test_tuple_input_and_leading_shapes(cls, device):
     x = torch.randn(2, 3, 4, 256, device=device, dtype=torch.bfloat16)
     q, s = lk.quantize_blockwise(x)
     assert torch.equal(layer((q, s)), layer(x))
+    assert torch.equal(layer((x, None)), layer(x))  # upstream's layers take a float input so too
     assert layer(x).shape == (2, 3, 4, 384)
     v = torch.randn(256, device=device, dtype=torch.bfloat16)
     assert layer(v).shape == (384,)
