@@ -11,6 +11,7 @@ import ast
 import importlib
 import inspect
 
+import numpy as np
 import pytest
 import torch
 
@@ -368,6 +369,19 @@ def test_upstream_functional_extras(device):
     assert torch.allclose(si, torch.tensor([2.54 / 127, 1.0]))
     out, none = t.run_gated_attention(x, torch.randn(2, 3, 2, device=device), False)
     assert none is None and out.dtype == torch.bfloat16
+    # upstream's kernels write bf16 whatever the input dtype
+    x32 = x.float()
+    assert t.rms_fma_triton(x32.clone(), y.float(), z.float()).dtype == torch.bfloat16
+    out32, _ = t.gated_attention_triton(x32, torch.randn(2, 3, 2, device=device), False)
+    assert out32.dtype == torch.bfloat16
+    # torch.library int arguments also take numpy integers and 0-d integer tensors
+    codes = torch.randint(0, 256, (3, 256), device=device, dtype=torch.uint8)
+    packed = f.fp6_pack_tensor(codes)
+    for n in (np.int64(256), torch.tensor(256)):
+        assert torch.equal(f.fp6_unpack_tensor(packed, n), f.fp6_unpack_tensor(packed, 256))
+    for bad in (256.0, True, torch.tensor(256.0)):
+        with pytest.raises(TypeError, match="n must be an int"):
+            f.fp6_unpack_tensor(packed, bad)
 
 
 def test_arch_names():
@@ -404,6 +418,7 @@ def test_all2all_upstream_calls():
 
     a = lk.All2All(rank=0, world_size=1, seqlen=8, hidden_dim=256, num_sms=1, tensor_dtype=torch.bfloat16,
                    group=None, device="cpu")
+    assert a.tensor_dtype == torch.bfloat16 and a.buffer_size == 8 * 256 * 2  # upstream's attributes
     a.set_rank_tokens([5])
     a.set_timeout_seconds(0)
     a.set_timeout_seconds(30.0)

@@ -224,6 +224,16 @@ class All2All(CudaIpcBackend, TorchBackend):
     def out_shape(self, op, shape):
         return _ops.out_shape(op, shape, self.counts, self.rank)
 
+    @property
+    def tensor_dtype(self) -> torch.dtype:
+        """Upstream's name of ``dtype``."""
+        return self.dtype
+
+    @property
+    def buffer_size(self) -> int:
+        """Upstream's name of ``capacity``: bytes of one rank's buffer (seqlen x hidden_dim)."""
+        return self.capacity
+
     # ------------------------------------------------------------------ errors and teardown
     def check(self):
         """Wait for this rank's queued work, then raise All2AllTimeout if a kernel timed out."""

@@ -56,16 +56,17 @@ def run_quant_blockwise_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tenso
 
 
 def run_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` (eps 1e-6) in x's dtype.
-    Composed from torch ops: ltx-core runs the quantizing variant."""
+    """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` (eps 1e-6) in bf16, as upstream
+    returns it for any input dtype. Composed from torch ops: ltx-core runs the quantizing variant."""
     x.copy_((x.float() + y.float() * z.float()).to(x.dtype))
-    return _ref.rms_norm(x.float(), 1e-6).to(x.dtype)
+    return _ref.rms_norm(x.float(), 1e-6).to(torch.bfloat16)
 
 
 def run_gated_attention(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool = True):
     """``x * 2 sigmoid(gate_logits)`` per head: ``(q, scales)`` when quantizing, else
-    ``(out in x.dtype, None)``."""
-    return _q.gated_attention(x, gate_logits, quantize)
+    ``(out in bf16, None)`` (upstream's output dtype for any input dtype)."""
+    out, scales = _q.gated_attention(x, gate_logits, quantize)
+    return out if quantize else out.to(torch.bfloat16), scales
 
 
 def run_blockwise_dequantize(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
