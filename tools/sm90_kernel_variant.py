@@ -42,6 +42,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              just before it (256x128: 3 such waits a tile, all while stage 0 is held)
   nostorewait  timing only, may write wrong results: no wait for the TMA to have read a staging
              box before it is rewritten (what the epilogue's store waits cost at most)
+  stgepi     the epilogue stores each thread's bf16 pairs straight from registers to global memory
+             (no staging, no TMA store, no store waits; 16-byte row pieces a warp instruction)
 """
 from __future__ import annotations
 
@@ -225,6 +227,63 @@ HALFBOX = [
 ]
 
 
+_STAGED_EPILOGUE = """#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+        for (int bx = 0; bx < BN / 64; ++bx) {
+"""
+STGEPI = [
+    (_STAGED_EPILOGUE + "".join(_l + "\n" for _l in """          uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
+          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
+          named_barrier_sync(1 + c, 128);  // bias written; box free
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const int j = bx * 8 + jj;  // 8-column chunk of the wave
+            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = row_in_wave + 8 * h;
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+            }
+          }
+          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+          named_barrier_sync(1 + c, 128);
+          const int wave_row = row0 + w * 64;
+          if (t == 0) {
+            if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);
+            bulk_commit();
+          }
+        }
+""".splitlines()), """      named_barrier_sync(1 + c, 128);  // bias written
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+        const int r0 = row0 + w * 64 + row_in_wave;
+        __nv_bfloat16* dst = p.d + static_cast<int64_t>(r0) * p.ldd + n0 + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (r0 + 8 * h < p.M && n0 + 8 * j < p.N)
+              *reinterpret_cast<__nv_bfloat162*>(dst + 8 * h * p.ldd + 8 * j) =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+        }
+"""),
+    ("""        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+    };
+
+""", """        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+      named_barrier_sync(1 + c, 128);  // bias read: the next epilogue rewrites it
+    };
+
+"""),
+]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -240,6 +299,7 @@ REPLACEMENTS = {
     "epiwait": EPIWAIT,
     "halfbox": HALFBOX,
     "nostorewait": [(_BOX_WAIT, "")],
+    "stgepi": STGEPI,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
