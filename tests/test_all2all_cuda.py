@@ -51,6 +51,24 @@ def test_local_ranks_layouts_and_round_trips(world, dtype, b):
         a.destroy()
 
 
+def test_an_output_view_fed_back_as_input():
+    """copy_out=False returns a view of the rank's own buffer; fed straight back (gather_heads of
+    send_recv_heads), the peers would write that buffer while this rank reads it: such an input is
+    copied first."""
+    counts = UNEVEN[4]
+    ranks, streams = _local(4, sum(counts), 32 * 128, torch.bfloat16)
+    for a in ranks:
+        a.set_rank_tokens(counts)
+    xs = [torch.randn(1, c, 32, 128, device="cuda").to(torch.bfloat16) for c in counts]
+    for it in range(3):
+        ys = lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)  # views of the buffers
+        back = lk.All2All.run_local(ranks, streams, "gather_heads", ys, copy_out=True)
+        torch.cuda.synchronize()
+        assert all(_same(o, x) for o, x in zip(back, xs)), it
+    for a in ranks:
+        a.destroy()
+
+
 def test_odd_row_bytes_and_views():
     ranks, streams = _local(2, 64, 3 * 2 * 5, FP8)
     for a in ranks:

@@ -64,7 +64,10 @@ void ipc_close(int64_t ptr, int64_t device) {
   CUDA_CHECK(cudaIpcCloseMemHandle(reinterpret_cast<void*>(ptr)));
 }
 
-int64_t host_error_alloc() {
+// The host-mapped error word the kernels write. Allocated with `device` current: without the guard a
+// process whose current device is another GPU (no set_device) would create a context there.
+int64_t host_error_alloc(int64_t device) {
+  c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
   void* ptr = nullptr;
   CUDA_CHECK(cudaHostAlloc(&ptr, 4 * sizeof(long long), cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(ptr, 0, 4 * sizeof(long long));
@@ -109,6 +112,7 @@ void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& base
   TORCH_CHECK(world >= 1 && world <= kMaxPeers, "world size must be 1..", kMaxPeers);
   TORCH_CHECK(static_cast<int>(counts.size()) == world, "counts must have world-size entries");
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 4, "x must be a contiguous 4-D CUDA tensor");
+  c10::cuda::CUDAGuard g(x.device());  // every runtime call below is for x's device
   TORCH_CHECK(num_ctas >= world, "num_ctas must be >= world size");
   const long long B = x.size(0), D = x.size(3), elem = x.element_size();
   const long long hpr = heads / world;
@@ -155,7 +159,6 @@ void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& base
     p.src_rstride = full; p.src_bstride = counts[rank] * full; p.dst_rstride = full; p.row_bytes = full;
   }
   const int vec = pick_vec({p.row_bytes, chunk, full, static_cast<long long>(reinterpret_cast<uintptr_t>(p.src))});
-  c10::cuda::CUDAGuard g(x.device());
   launch_plan(p, vec, static_cast<int>(num_ctas), at::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -9,7 +9,8 @@
 //      consumers ran before this kernel on the stream), then waits for its target's ready >= e, so
 //      nobody overwrites a buffer its owner is still reading;
 //   2. copy (16-byte vectors when the layout allows);
-//   3. the last CTA serving target t publishes arrive_t[rank] = e (release, system scope);
+//   3. the last CTA serving target t publishes arrive_t[rank] = e (release, system scope), unless a
+//      CTA of this launch gave up a wait (and so skipped its rows): then t times out too;
 //   4. CTA 0 waits for arrive_self[s] >= e from every source s, so kernel completion means the data
 //      is here. Counters only grow: no reset, no exact-equality race.
 // Every wait has a wall-clock timeout (%globaltimer). On timeout the kernel records
@@ -141,7 +142,10 @@ __global__ void __launch_bounds__(kThreads) a2a_kernel(Plan p) {
     const unsigned long long old = atomicAdd(&p.own->sent[t], 1ull);
     if ((old + 1ull) % static_cast<unsigned long long>(ctas_for_target) == 0ull && s_ok) {
       __threadfence_system();
-      st_release_sys(&p.sig[t]->arrive[p.rank], e);
+      // Target t is complete only if no CTA of this rank gave up: one that did skipped its rows.
+      // A CTA records or sees the error before its increment of sent[t], which this one has seen.
+      if (*reinterpret_cast<volatile unsigned long long*>(&p.own->error) == 0ull)
+        st_release_sys(&p.sig[t]->arrive[p.rank], e);
     }
   }
   if (blockIdx.x == 0) {

@@ -27,9 +27,11 @@ kernels and the barrier are tested on a single GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import socket
+import warnings
 import weakref
 
 import torch
@@ -38,13 +40,25 @@ from .. import _checks as chk
 from .. import _ext
 from .._dispatch import BackendUnavailable, resolve_backend_name
 from . import _ops
-from ._buffers import CudaIpcBackend, release
+from ._buffers import CudaIpcBackend, gpu_uuids, release
 from ._common import DEFAULT_TIMEOUT_S, DTYPES, MAX_WORLD, All2AllTimeout, dist
 from ._torch_backend import TorchBackend
 
 __all__ = ["All2All", "All2AllTimeout", "DEFAULT_TIMEOUT_S", "DTYPES", "MAX_WORLD"]
 
 _ids = itertools.count()
+
+
+def _warn_if_one_gpu(infos, world_size):
+    """Every rank on one GPU while this process sees at least as many as there are ranks: most
+    likely torch.cuda.set_device(local_rank) was not called (the default device is the current
+    one)."""
+    uuids = {i.get("uuid") or i["device"] for i in infos}
+    if world_size > 1 and len(uuids) == 1 and infos[0]["device"].startswith("cuda") and \
+            torch.cuda.device_count() >= world_size:
+        warnings.warn(f"All2All: all {world_size} ranks are on {infos[0]['device']} of "
+                      f"{torch.cuda.device_count()} visible GPUs; call torch.cuda.set_device(local_rank) "
+                      f"before building it, or pass device=", stacklevel=3)
 
 
 class All2All(CudaIpcBackend, TorchBackend):
@@ -91,13 +105,19 @@ class All2All(CudaIpcBackend, TorchBackend):
                 gw, gr = dist().get_world_size(group), dist().get_rank(group)
                 if gw != world_size or gr != rank:
                     raise ValueError(f"rank/world_size ({rank}/{world_size}) disagree with the group ({gr}/{gw})")
-            infos = self._exchange(self._info())
-            self.backend = self._choose_backend(resolve_backend_name(backend), infos)
-            if self.backend == "cuda":
-                self._setup_cuda_ipc(infos)
+            requested = resolve_backend_name(backend)
+            # NCCL's object collectives work on the current device: make it this rank's
+            with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+                infos = self._exchange(self._info())
+                if device is None:
+                    _warn_if_one_gpu(infos, world_size)
+                self.backend = self._choose_backend(requested, infos)
+                if self.backend == "cuda":
+                    self.backend = self._setup_cuda_ipc(may_fall_back=requested == "auto")
         self.comm_id = next(_ids)
         _ops.registry[self.comm_id] = self
-        self._finalizer = weakref.finalize(self, release, self._ext, self._base, list(self._opened),
+        # (the list itself: handles closed before a release are not closed again)
+        self._finalizer = weakref.finalize(self, release, self._ext, self._base, self._opened,
                                            self._host_err, self.device.index)
 
     # ------------------------------------------------------------------ construction helpers
@@ -117,7 +137,8 @@ class All2All(CudaIpcBackend, TorchBackend):
         # Loading may compile the extension: only for a rank that could use it (cuda_reasons
         # reports a rank off CUDA).
         why = _ext.load("_C_all2all")[1] if self.device.type == "cuda" else None
-        return {"host": socket.gethostname(), "device": str(self.device), "capacity": self.capacity,
+        uuid = gpu_uuids()[self.device.index] if self.device.type == "cuda" else ""
+        return {"host": socket.gethostname(), "device": str(self.device), "uuid": uuid, "capacity": self.capacity,
                 "ext": why, "dtype": str(self.dtype)}
 
     def _exchange(self, obj):
@@ -131,6 +152,12 @@ class All2All(CudaIpcBackend, TorchBackend):
         if {i["capacity"] for i in infos} != {self.capacity} or {i["dtype"] for i in infos} != {str(self.dtype)}:
             raise ValueError(f"ranks disagree on seqlen*hidden_dim or tensor_dtype: {infos}")
         reasons = {"cuda": self.cuda_reasons(infos), "torch": self.torch_reasons()}
+        if self.world_size > 1:  # peer access is seen from each rank's GPU: all ranks must agree
+            ranks: dict = {}
+            for r, found in enumerate(self._exchange(reasons["cuda"])):
+                for why in found:
+                    ranks.setdefault(why, []).append(str(r))
+            reasons["cuda"] = [f"{why} (rank {', '.join(rs)})" for why, rs in ranks.items()]
         if backend == "auto":
             for b in ("cuda", "torch"):
                 if not reasons[b]:

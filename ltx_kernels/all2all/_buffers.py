@@ -9,7 +9,7 @@ import os
 import torch
 
 from .. import _ext
-from .._dispatch import BackendUnavailable
+from .._dispatch import BackendUnavailable, log
 from . import _ops
 from ._common import MAX_WORLD, All2AllTimeout, dist
 
@@ -45,9 +45,13 @@ class CudaIpcBackend:
         if self.num_sms < self.world_size:
             r.append(f"num_sms={self.num_sms} < world_size={self.world_size} (each target needs a CTA)")
         if not r and self.device.type == "cuda":
-            idx = {int(i["device"].split(":")[1]) for i in infos}
+            # Peers named by GPU UUID: processes may see the GPUs under different indices
+            # (CUDA_VISIBLE_DEVICES per rank). A peer GPU this process cannot see is left to the
+            # IPC open, whose failure every rank learns of (_setup_cuda_ipc).
             me = self.device.index
-            blocked = [d for d in idx if d != me and not torch.cuda.can_device_access_peer(me, d)]
+            local = {u: k for k, u in enumerate(gpu_uuids()) if u}
+            peers = {local.get(i.get("uuid"), None) for i in infos} - {None, me}
+            blocked = [d for d in sorted(peers) if not torch.cuda.can_device_access_peer(me, d)]
             if blocked:
                 r.append(f"no peer access from cuda:{me} to {['cuda:%d' % d for d in blocked]}")
         return r
@@ -60,7 +64,7 @@ class CudaIpcBackend:
             raise ValueError(f"the cuda backend needs a CUDA device, got {self.device}")
         self._ext = mod
         self._base = mod.alloc_block(self.capacity, self.device.index)
-        self._host_err = mod.host_error_alloc()
+        self._host_err = mod.host_error_alloc(self.device.index)
         self._buf = mod.buffer_view(self._base, self.capacity, self.device.index)
 
     def _setup_cuda_local(self, shared):
@@ -73,20 +77,44 @@ class CudaIpcBackend:
         shared["bases"][self.rank] = self._base
         self._bases = shared["bases"]  # filled in by the other ranks' constructors
 
-    def _setup_cuda_ipc(self, infos):
-        self._setup_cuda_common()
-        handles = self._exchange(self._ext.ipc_handle(self._base, self.device.index))
-        bases = []
-        for r, h in enumerate(handles):
-            if r == self.rank:
-                bases.append(self._base)
-            else:
-                ptr = self._ext.ipc_open(h, self.device.index)
-                self._opened.append(ptr)
-                bases.append(ptr)
-        self._bases = bases
-        if self.world_size > 1:  # every rank has opened every peer before anyone launches
-            dist().barrier(group=self.group)
+    def _setup_cuda_ipc(self, may_fall_back: bool) -> str:
+        """Allocate, exchange IPC handles, open the peers' buffers: "cuda", or (every rank alike,
+        when one rank failed a step) "torch" where the choice was "auto", else BackendUnavailable.
+        Each step's outcome is exchanged, so a rank that fails cannot leave the others waiting in
+        a collective it never joins."""
+        def attempt(step):
+            try:
+                return step(), None
+            except Exception as e:  # CUDA errors surface as RuntimeError from the extension
+                return None, f"{type(e).__name__}: {e}"
+
+        def share():
+            self._setup_cuda_common()
+            return self._ext.ipc_handle(self._base, self.device.index)
+
+        def open_peers():
+            for r, (h, _) in enumerate(sent):
+                if r != self.rank:
+                    self._opened.append(self._ext.ipc_open(h, self.device.index))
+
+        sent = self._exchange(attempt(share))
+        failed = {r: e for r, (_, e) in enumerate(sent) if e}
+        if not failed:
+            # also the barrier before any launch: every rank has opened every peer
+            failed = {r: e for r, (_, e) in enumerate(self._exchange(attempt(open_peers))) if e}
+        if not failed:
+            peers = iter(self._opened)
+            self._bases = [self._base if r == self.rank else next(peers) for r in range(self.world_size)]
+            return "cuda"
+        release(self._ext, None, self._opened, None, self.device.index)
+        self._exchange(None)  # every rank has closed its peers' buffers before any rank frees its own
+        release(self._ext, self._base, [], self._host_err, self.device.index)
+        self._base = self._host_err = None
+        why = "; ".join(f"rank {r}: {e}" for r, e in sorted(failed.items()))
+        if may_fall_back and not self.torch_reasons():
+            log.warning("All2All: CUDA IPC setup failed (%s); using the torch backend", why)
+            return "torch"
+        raise BackendUnavailable(f"All2All: backend 'cuda' could not be set up: {why}")
 
     def _raise_if_failed(self):
         if self.broken is not None:
@@ -101,6 +129,10 @@ class CudaIpcBackend:
 
     def _run_cuda(self, op, x, copy_out):
         self._raise_if_failed()
+        start = self._buf.data_ptr()
+        if start <= x.data_ptr() < start + self.capacity:
+            # a view of this rank's buffer (a copy_out=False result): peers write it while it is read
+            x = x.clone()
         shape = self.out_shape(op, x.shape)
         heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
         self._ext.launch(_ops.OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
@@ -109,16 +141,26 @@ class CudaIpcBackend:
         return out.clone() if copy_out else out
 
 
+def gpu_uuids() -> list:
+    """The visible GPUs' UUIDs by local index ("" where torch does not report one)."""
+    return [str(getattr(torch.cuda.get_device_properties(k), "uuid", "") or "")
+            for k in range(torch.cuda.device_count())]
+
+
 def release(ext, base, opened, host_err, device_index):
+    """Close the opened peer buffers, free this rank's buffer and error word; each step on its own
+    (teardown at interpreter exit has nothing left to report a failure to)."""
     if ext is None:
         return
-    try:
-        torch.cuda.synchronize(device_index)
-        for p in opened:
-            ext.ipc_close(p, device_index)
-        if base is not None:
-            ext.free_block(base, device_index)
-        if host_err is not None:
-            ext.host_error_free(host_err)
-    except Exception:  # teardown at interpreter exit: nothing left to report to
-        pass
+    steps = [lambda: torch.cuda.synchronize(device_index)]
+    steps += [lambda p=p: ext.ipc_close(p, device_index) for p in opened]
+    if base is not None:
+        steps.append(lambda: ext.free_block(base, device_index))
+    if host_err is not None:
+        steps.append(lambda: ext.host_error_free(host_err))
+    for step in steps:
+        try:
+            step()
+        except Exception:
+            pass
+    opened.clear()

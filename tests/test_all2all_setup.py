@@ -1,0 +1,98 @@
+"""How the ranks of an All2All agree on its "cuda" backend, on CPU: gloo processes with each rank
+"on" its own GPU through a stand-in for the CUDA extension and torch's device queries. A rank
+that cannot use CUDA IPC (no peer access from its GPU, an IPC handle it cannot open) must not
+leave the others waiting in a collective it never joins: every rank takes the same backend
+("torch" under "auto"), or every rank raises, and what was allocated or opened is released."""
+import contextlib
+import datetime
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ltx_kernels as lk
+
+UUIDS = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+
+
+class FakeExt:
+    """The _C_all2all calls of the setup, recording what stays allocated or opened."""
+
+    MAX_PEERS = 8
+
+    def __init__(self, rank, fail_open):
+        self.rank, self.fail_open = rank, fail_open
+        self.blocks, self.opened, self.host = set(), set(), set()
+
+    def alloc_block(self, capacity, device):
+        self.blocks.add(1000 + self.rank)
+        return 1000 + self.rank
+
+    def host_error_alloc(self, device):
+        self.host.add(7)
+        return 7
+
+    def buffer_view(self, base, nbytes, device):
+        return torch.zeros(nbytes, dtype=torch.uint8)
+
+    def ipc_handle(self, base, device):
+        return f"handle-of-{base}".encode()
+
+    def ipc_open(self, handle, device):
+        if self.rank == self.fail_open:
+            raise RuntimeError("cudaIpcOpenMemHandle failed: invalid device context")
+        ptr = 5000 + int(handle.decode().rsplit("-", 1)[1])
+        self.opened.add(ptr)
+        return ptr
+
+    def ipc_close(self, ptr, device):
+        self.opened.remove(ptr)
+
+    def free_block(self, ptr, device):
+        self.blocks.remove(ptr)
+
+    def host_error_free(self, ptr):
+        self.host.remove(ptr)
+
+
+def _worker(rank, world, path, scenario):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    from ltx_kernels import _ext
+    from ltx_kernels.all2all import _buffers
+
+    ext = FakeExt(rank, fail_open=1 if scenario == "open_fails" else None)
+    _ext.load = lambda name: (ext, None)
+    _buffers.gpu_uuids = lambda: UUIDS[:world]
+    lk.all2all.gpu_uuids = _buffers.gpu_uuids
+    torch.cuda.device = lambda d: contextlib.nullcontext()
+    torch.cuda.synchronize = lambda *a: None
+    # rank 1's GPU has no peer access to the others (PCIe without P2P, say)
+    blocked = scenario == "no_peer_access"
+    torch.cuda.can_device_access_peer = lambda a, b: not (blocked and a == 1)
+
+    a2a = lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=f"cuda:{rank}")
+    if scenario == "ok":
+        assert a2a.backend == "cuda"
+        assert a2a._bases == [1000 + r if r == rank else 5000 + 1000 + r for r in range(world)]
+        assert ext.opened == {5000 + 1000 + r for r in range(world) if r != rank}
+        a2a.destroy()
+        assert not ext.opened and not ext.blocks and not ext.host
+    else:
+        assert a2a.backend == "torch", a2a.backend  # every rank, not only the one that failed
+        assert not ext.opened and not ext.blocks and not ext.host  # nothing left behind
+        with pytest.raises(lk.BackendUnavailable, match="rank 1"):
+            lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=f"cuda:{rank}", backend="cuda")
+        assert not ext.opened and not ext.blocks and not ext.host
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)  # skip the interpreter's teardown (see tests/test_all2all.py)
+
+
+@pytest.mark.parametrize("scenario", ["ok", "no_peer_access", "open_fails"])
+def test_every_rank_takes_the_same_backend(scenario):
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_worker, args=(3, os.path.join(tmp, "rendezvous"), scenario), nprocs=3, join=True)
