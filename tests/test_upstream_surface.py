@@ -339,6 +339,34 @@ def test_upstream_gemm_entry_points(device):
         linear.BlockwiseLinear(256, 128).fp8weight
 
 
+@pytest.mark.parametrize("smax", [448.0, 0.1172])
+def test_weight_quantizers_compute_upstreams_codes(smax, device):
+    """ltx-core quantizes checkpoint weights at load with these: they take upstream's steps
+    (factor = fp32(fp32(1 / amax) * scale_max), codes RN(fp32(w * factor)), scale fp32(1 / factor)),
+    so the FP8 / FP6 weights equal upstream's bit for bit. Checked against those steps emulated in
+    float64 (each fp32 rounding explicit)."""
+    import oracle as O
+    from ltx_kernels.blockwise import functional as f
+
+    torch.manual_seed(5)
+    w = (torch.randn(384, 512, device=device) * torch.rand(384, 1, device=device) * 3).to(torch.bfloat16)
+    w[:128, :128] = 0  # an all-zero block: finite here (upstream's would be NaN)
+    q, s = (f.fp8_blockwise_quantize_weights_torch if smax == 448.0 else f.fp6_blockwise_quantize_weights_torch)(w)
+    blocks = O.f64(w).view(3, 128, 4, 128)
+    amax = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp_min(ref.AMAX_FLOOR)
+    factor = O.fp32(O.fp32(1.0 / amax) * O.fp32(torch.tensor(smax, dtype=torch.float64)))
+    want_q = O.round_e4m3(O.fp32(blocks * factor)).view(384, 512)
+    assert torch.equal(O.f64(q), want_q)
+    assert torch.equal(O.f64(s), O.fp32(1.0 / factor)[:, 0, :, 0])
+    assert torch.isfinite(s).all() and not q[:128, :128].float().any()
+    # the package's own quantizer divides: the same scales to an ulp, a few codes one step away
+    import ltx_kernels as lk
+
+    q2, s2 = lk.quantize_weights_blockwise(w, scale_max=smax)
+    differ = (q.view(torch.uint8) != q2.view(torch.uint8)).sum().item()
+    assert differ < q.numel() // 500 and torch.allclose(s, s2, rtol=2.0 ** -22, atol=0.0)
+
+
 def test_upstream_functional_extras(device):
     from ltx_kernels.blockwise import functional as f
     from ltx_kernels.blockwise import triton_ops as t

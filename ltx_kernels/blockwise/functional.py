@@ -11,6 +11,7 @@ from typing import Tuple
 
 import torch
 
+from .. import _checks as chk
 from .. import fp6 as _fp6
 from .. import norm_rope as _nr
 from .. import quantize as _q
@@ -64,9 +65,26 @@ def _check_block_size(block_size) -> None:
 def blockwise_quantize_weights(w: torch.Tensor, block_size=128, scale_max=FP8_SCALE_MAX
                                ) -> Tuple[torch.Tensor, torch.Tensor]:
     """128x128 blocks of ``w [N, K]`` -> ``(q float8_e4m3fn [N, K], scale fp32 [N/128, K/128])``
-    with ``w ~= q * scale`` per block (an all-zero block gets scale 1 and zero codes)."""
+    with ``w ~= q * scale`` per block.
+
+    Computed step for step as upstream's function computes it (the block's factor
+    ``scale_max * (1 / amax)`` in fp32, codes ``w * factor``, stored scale ``1 / factor``), so
+    ltx-core's load-time quantization gives upstream's codes and scales bit for bit (the package's
+    ``quantize_weights_blockwise`` divides instead, ``scale_max / amax``: on a random 512 x 512 bf16
+    weight, 144 of its 262,144 codes land one e4m3 step away). Unlike upstream's, an all-zero block gets
+    zero codes and a finite scale, and a NaN element does not spoil its block."""
     _check_block_size(block_size)
-    return _q.quantize_weights_blockwise(w, scale_max=scale_max)
+    chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
+    n, k = w.shape
+    chk.multiple_of("w.shape[0] (N)", n, 128)
+    chk.multiple_of("w.shape[1] (K)", k, 128)
+    scale_max = chk.positive_finite("scale_max", scale_max)
+    blocks = w.float().reshape(n // 128, 128, k // 128, 128).transpose(1, 2)
+    a = blocks.abs()
+    amax = torch.where(a.isnan(), 0.0, a).amax(dim=(-2, -1)).clamp_min(_ref.AMAX_FLOOR)
+    factor = amax.reciprocal() * scale_max
+    q = _ref.to_fp8_saturated(blocks * factor[:, :, None, None]).transpose(1, 2).reshape(n, k)
+    return q, factor.reciprocal()
 
 
 def fp8_blockwise_quantize_weights_torch(x: torch.Tensor, block_size=128) -> Tuple[torch.Tensor, torch.Tensor]:
