@@ -2,10 +2,13 @@
 bit, then a rank that never arrives, then proof that the CUDA context and a fresh group still work.
 
     python tools/all2all_soak.py --json OUT.json                       # cuda: W = 2, 4, 8 ranks on one GPU
+    python tools/all2all_soak.py --processes --worlds 2,4,8 --json OUT.json   # cuda: a process per rank
     python tools/all2all_soak.py --backend torch --rounds 50 --worlds 2,3 --json /tmp/soak.json   # CPU, gloo
 
-``cuda`` hosts all W ranks in this process on one GPU (``All2All.local_ranks``, one stream each).
-``torch`` runs W gloo processes on the CPU (the same checks; slow, for a quick run). Every round
+``cuda`` hosts all W ranks in this process on one GPU (``All2All.local_ranks``, one stream each);
+with ``--processes`` every rank is a process of its own on GPU ``rank % visible GPUs`` (real CUDA
+IPC: across GPUs where there are W of them, as ltx-core runs it; several processes share a GPU
+otherwise). ``torch`` runs W gloo processes on the CPU (the same checks; slow, for a quick run). Every round
 draws new per-rank token counts (zeros included) and new data, runs ``send_recv_heads`` and
 ``gather_heads`` and compares both outputs of every rank with an oracle built from slices of the
 inputs (``torch.equal`` on the bytes). Then rank W-1 withholds its call: the others must raise
@@ -36,6 +39,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp16": torch.floa
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=("cuda", "torch"), default="cuda")
+    p.add_argument("--processes", action="store_true",
+                   help="cuda: one process per rank on GPU rank %% visible GPUs (torch: always)")
     p.add_argument("--worlds", default="2,4,8", help="comma-separated world sizes (cuda: <= 8)")
     p.add_argument("--rounds", type=int, default=10000, help="send/gather rounds per world size")
     p.add_argument("--max-tokens", type=int, default=300, help="largest per-rank token count of a round")
@@ -236,19 +241,31 @@ def cuda_timeout_phase(lk, args, failures):
 
 
 # ---------------------------------------------------------------------------------------------
-# torch: W gloo processes on the CPU
+# A process per rank: torch (gloo on the CPU), or cuda (rank r on GPU r % visible GPUs)
 
-def _torch_worker(rank, world, path, args, q):
+def _proc_worker(rank, world, path, args, q):
     import torch.distributed as dist
 
     import ltx_kernels as lk
 
+    cuda = args.backend == "cuda"
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
     rng = random.Random(args.seed * 1000 + world)  # every rank draws the same rounds
-    pool = make_pool(args, world, "cpu", args.seed * 1000 + world)
+    pool = make_pool(args, world, device, args.seed * 1000 + world)
     seqlen = args.batch * args.max_tokens * world
-    a2a = lk.All2All(rank, world, seqlen, args.heads * args.head_dim, world, DTYPES[args.dtype],
-                     timeout_seconds=60, backend="torch", device="cpu")
+    # ranks sharing a GPU wait for each other: their CTAs must all be resident at once
+    sharing = cuda and torch.cuda.device_count() < world
+    ctas = max(world, torch.cuda.get_device_properties(device).multi_processor_count // (world if sharing else 2)) \
+        if cuda else world
+
+    def comm(timeout, group=None):
+        return lk.All2All(rank, world, seqlen, args.heads * args.head_dim, ctas, DTYPES[args.dtype], group=group,
+                          timeout_seconds=timeout, backend=args.backend, device=device)
+
+    a2a = comm(60)
     fails, nbytes = [], 0
     t0 = time.perf_counter()
     for i in range(args.rounds):
@@ -261,14 +278,15 @@ def _torch_worker(rank, world, path, args, q):
         if not same(a2a.gather_heads(y), xs[rank]):
             fails.append({"world": world, "round": i, "op": "gather", "rank": rank, "counts": counts})
         nbytes += round_bytes(args, counts)
+    if cuda:
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     res = {"world": world, "rank": rank, "rounds": args.rounds, "failures": fails, "bytes_moved": nbytes,
-           "seconds": round(dt, 3)}
+           "seconds": round(dt, 3), "backend": a2a.backend, "device": str(device)}
     # withheld rank: the last one sits out one op; the others must time out naming no one else
     timeout = {"errors": []}
     dist.barrier()
-    tmo = lk.All2All(rank, world, seqlen, args.heads * args.head_dim, world, DTYPES[args.dtype],
-                     timeout_seconds=args.timeout_s, backend="torch", device="cpu")
+    tmo = comm(args.timeout_s)
     counts = [min(5, args.max_tokens)] * world
     tmo.set_rank_tokens(counts)
     xs = round_inputs(pool, counts, random.Random(args.seed))
@@ -278,13 +296,19 @@ def _torch_worker(rank, world, path, args, q):
         t1 = time.perf_counter()
         try:
             tmo.send_recv_heads(xs[rank])
+            tmo.check()  # cuda: the kernel exits on the timeout and the host raises here
             timeout["errors"].append(f"rank {rank}: no All2AllTimeout")
-        except lk.All2AllTimeout:
+        except lk.All2AllTimeout as e:
             timeout["seconds_to_raise"] = round(time.perf_counter() - t1, 3)
-    # a fresh group over the same ranks (the default group's pairs are wedged by design)
+            if cuda and e.peer != world - 1:
+                timeout["errors"].append(f"rank {rank}: the timeout names peer {e.peer}, not {world - 1}")
+        if cuda:
+            x = torch.randn(1 << 20, device=device)
+            if not torch.equal((x * 2).sum(), x.sum() * 2):
+                timeout["errors"].append(f"rank {rank}: the CUDA context no longer computes")
+    # a fresh group over the same ranks (the torch backend wedges the default group's pairs)
     fresh = dist.new_group(list(range(world)), backend="gloo")
-    a3 = lk.All2All(rank, world, seqlen, args.heads * args.head_dim, world, DTYPES[args.dtype], group=fresh,
-                    timeout_seconds=60, backend="torch", device="cpu")
+    a3 = comm(60, fresh)
     frng = random.Random(args.seed + 1)
     fresh_fail = 0
     for _ in range(args.after_rounds):
@@ -300,7 +324,7 @@ def _torch_worker(rank, world, path, args, q):
     os._exit(0)  # the default group is wedged by the withheld op: skip its teardown
 
 
-def run_torch(args):
+def run_processes(args):
     import torch.multiprocessing as mp
 
     results, failures, phases = [], [], []
@@ -309,13 +333,15 @@ def run_torch(args):
         q = ctx.SimpleQueue()
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(_torch_worker, args=(world, os.path.join(tmp, "rendezvous"), args, q), nprocs=world, join=True)
+            mp.spawn(_proc_worker, args=(world, os.path.join(tmp, "rendezvous"), args, q), nprocs=world, join=True)
         per_rank = sorted((q.get() for _ in range(world)), key=lambda r: r["rank"])
         for r in per_rank:
             failures += r["failures"]
         n_fail = sum(len(r["failures"]) for r in per_rank)
         results.append({"world": world, "rounds": args.rounds, "failures": n_fail,
-                        "bytes_moved": per_rank[0]["bytes_moved"], "seconds": max(r["seconds"] for r in per_rank)})
+                        "bytes_moved": per_rank[0]["bytes_moved"], "seconds": max(r["seconds"] for r in per_rank),
+                        "backend": sorted({r["backend"] for r in per_rank}),
+                        "devices": [r["device"] for r in per_rank]})
         errors = [e for r in per_rank for e in r["timeout"]["errors"]]
         fresh_fail = sum(r["timeout"]["fresh_group_failures"] for r in per_rank)
         phases.append({"world": world, "timeout_s": args.timeout_s, "errors": errors,
@@ -341,6 +367,7 @@ def environment():
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name(0)
         env["sms"] = torch.cuda.get_device_properties(0).multi_processor_count
+        env["gpus"] = torch.cuda.device_count()
     else:
         env["device"] = "cpu"
     return env
@@ -356,12 +383,14 @@ def main(argv=None) -> int:
                   f"({_ext.load('_C_all2all')[1] if torch.cuda.is_available() else 'no GPU'}); "
                   "--backend torch runs on the CPU", file=sys.stderr)
             return 2
+    if args.backend == "cuda" and not args.processes:
         results, failures, timeout = run_cuda(args)
         timeouts = [timeout]
     else:
-        results, failures, timeouts = run_torch(args)
+        results, failures, timeouts = run_processes(args)
     ok = not failures and all(t["ok"] for t in timeouts)
-    summary = {"tool": "all2all_soak", "ok": ok, "backend": args.backend, "dtype": args.dtype,
+    summary = {"tool": "all2all_soak", "ok": ok, "backend": args.backend,
+               "processes": args.processes or args.backend == "torch", "dtype": args.dtype,
                "shape": {"batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
                          "max_tokens_per_rank": args.max_tokens},
                "rounds_per_world": args.rounds, "results": results,
