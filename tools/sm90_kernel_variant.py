@@ -44,6 +44,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              box before it is rewritten (what the epilogue's store waits cost at most)
   stgepi     the epilogue stores each thread's bf16 pairs straight from registers to global memory
              (no staging, no TMA store, no store waits; 16-byte row pieces a warp instruction)
+  samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
+             share the rows), instead of each CTA loading the same 1 KB
 """
 from __future__ import annotations
 
@@ -284,6 +286,17 @@ STGEPI = [
 ]
 
 
+SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
+         """          if constexpr (CLUSTER > 1) {
+            if (rank == 0)
+              tma_load_2d_multicast(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb,
+                                    static_cast<uint16_t>((1 << CLUSTER) - 1));
+          } else {
+            tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);
+          }
+""")]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -300,6 +313,7 @@ REPLACEMENTS = {
     "halfbox": HALFBOX,
     "nostorewait": [(_BOX_WAIT, "")],
     "stgepi": STGEPI,
+    "samc": SAMC,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
