@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import os
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -23,11 +24,13 @@ class FakeExt:
 
     MAX_PEERS = 8
 
-    def __init__(self, rank, fail_open):
-        self.rank, self.fail_open = rank, fail_open
+    def __init__(self, rank, fail_open=None, fail_alloc=None):
+        self.rank, self.fail_open, self.fail_alloc = rank, fail_open, fail_alloc
         self.blocks, self.opened, self.host = set(), set(), set()
 
     def alloc_block(self, capacity, device):
+        if self.rank == self.fail_alloc:
+            raise RuntimeError("cudaMalloc(&ptr, bytes) failed: out of memory")
         self.blocks.add(1000 + self.rank)
         return 1000 + self.rank
 
@@ -64,18 +67,48 @@ def _worker(rank, world, path, scenario):
     from ltx_kernels import _ext
     from ltx_kernels.all2all import _buffers
 
-    ext = FakeExt(rank, fail_open=1 if scenario == "open_fails" else None)
+    ext = FakeExt(rank, fail_open=1 if scenario == "open_fails" else None,
+                  fail_alloc=2 if scenario == "alloc_fails" else None)
     _ext.load = lambda name: (ext, None)
-    _buffers.gpu_uuids = lambda: UUIDS[:world]
+    device = f"cuda:{rank}"
+    visible = UUIDS[:world]
+    if scenario == "per_rank_visible":
+        # each process lists the GPUs from its own (CUDA_VISIBLE_DEVICES per rank): its GPU is
+        # cuda:0 everywhere, the peers' indices differ from process to process
+        device, visible = "cuda:0", UUIDS[rank:world] + UUIDS[:rank]
+    if scenario == "bad_device" and rank == 1:
+        device = "cuda:7"
+    _buffers.gpu_uuids = lambda: visible
     lk.all2all.gpu_uuids = _buffers.gpu_uuids
     torch.cuda.device = lambda d: contextlib.nullcontext()
     torch.cuda.synchronize = lambda *a: None
-    # rank 1's GPU has no peer access to the others (PCIe without P2P, say)
-    blocked = scenario == "no_peer_access"
-    torch.cuda.can_device_access_peer = lambda a, b: not (blocked and a == 1)
+    asked = []
 
-    a2a = lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=f"cuda:{rank}")
-    if scenario == "ok":
+    def peer_access(a, b):
+        asked.append(visible[b])
+        if scenario == "no_peer_access":  # rank 1's GPU has no peer access (PCIe without P2P, say)
+            return a != 1
+        if scenario == "per_rank_visible":  # rank 1's GPU cannot reach rank 0's
+            return not (rank == 1 and visible[b] == UUIDS[0])
+        return True
+
+    torch.cuda.can_device_access_peer = peer_access
+
+    if scenario == "bad_device":
+        with pytest.raises(ValueError, match=r"rank 1: cuda:7: IndexError"):
+            lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=device)
+        dist.barrier()
+        dist.destroy_process_group()
+        os._exit(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a2a = lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=device)
+    assert not [w for w in caught if "set_device" in str(w.message)]
+    if scenario == "per_rank_visible":
+        # every peer was looked up by its GPU, not by the index it has in another process
+        assert sorted(asked) == sorted(u for u in UUIDS[:world] if u != UUIDS[rank]), asked
+        assert a2a.backend == "torch"
+    elif scenario == "ok":
         assert a2a.backend == "cuda"
         assert a2a._bases == [1000 + r if r == rank else 5000 + 1000 + r for r in range(world)]
         assert ext.opened == {5000 + 1000 + r for r in range(world) if r != rank}
@@ -84,7 +117,8 @@ def _worker(rank, world, path, scenario):
     else:
         assert a2a.backend == "torch", a2a.backend  # every rank, not only the one that failed
         assert not ext.opened and not ext.blocks and not ext.host  # nothing left behind
-        with pytest.raises(lk.BackendUnavailable, match="rank 1"):
+        assert getattr(a2a, "_buf", None) is None and a2a._ext is None
+        with pytest.raises(lk.BackendUnavailable, match=f"rank {2 if scenario == 'alloc_fails' else 1}"):
             lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=f"cuda:{rank}", backend="cuda")
         assert not ext.opened and not ext.blocks and not ext.host
     dist.barrier()
@@ -92,7 +126,8 @@ def _worker(rank, world, path, scenario):
     os._exit(0)  # skip the interpreter's teardown (see tests/test_all2all.py)
 
 
-@pytest.mark.parametrize("scenario", ["ok", "no_peer_access", "open_fails"])
+@pytest.mark.parametrize("scenario", ["ok", "no_peer_access", "open_fails", "alloc_fails", "per_rank_visible",
+                                      "bad_device"])
 def test_every_rank_takes_the_same_backend(scenario):
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(3, os.path.join(tmp, "rendezvous"), scenario), nprocs=3, join=True)

@@ -378,3 +378,25 @@ def test_direct_launcher_launches_on_the_tensors_device(monkeypatch):
     devs.current = 1
     launch(x)
     assert devs.seen == [1, 1] and streams == [1001, 1001] and devs.current == 1
+
+
+def test_the_tma_scratch_allocator_is_set_in_every_launching_thread():
+    """Triton asks the launching thread's allocator (a ContextVar) for the TMA GEMM's descriptor
+    scratch: a flag set once by the first thread left every other thread without one."""
+    import threading
+
+    from ltx_kernels.triton import fp8_gemm as kg
+
+    if kg._ALLOCATOR_VAR is None:
+        pytest.skip("this Triton keeps no per-thread allocator")
+    seen = []
+
+    def launch_thread():
+        kg._ensure_allocator()
+        seen.append(kg._ALLOCATOR_VAR.get() is kg._allocate)
+
+    for _ in range(2):
+        t = threading.Thread(target=launch_thread)
+        t.start()
+        t.join()
+    assert seen == [True, True]

@@ -402,6 +402,12 @@ def test_upstream_functional_extras(device):
     assert t.rms_fma_triton(x32.clone(), y.float(), z.float()).dtype == torch.bfloat16
     out32, _ = t.gated_attention_triton(x32, torch.randn(2, 3, 2, device=device), False)
     assert out32.dtype == torch.bfloat16
+    # fp16 in: rounded once, from fp32 (x * 2 sigmoid(g) may pass fp16's 65504)
+    x16 = torch.full((1, 2, 256), 60000.0, device=device, dtype=torch.float16)
+    g = torch.full((1, 2, 2), 10.0, device=device, dtype=torch.float16)
+    out16, _ = t.gated_attention_triton(x16, g, False)
+    want = (x16.float() * 2 * torch.sigmoid(g.float()).repeat_interleave(128, -1)).to(torch.bfloat16)
+    assert torch.equal(out16, want) and torch.isfinite(out16).all()
     # torch.library int arguments also take numpy integers and 0-d integer tensors
     codes = torch.randint(0, 256, (3, 256), device=device, dtype=torch.uint8)
     packed = f.fp6_pack_tensor(codes)

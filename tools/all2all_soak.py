@@ -7,8 +7,8 @@ bit, then a rank that never arrives, then proof that the CUDA context and a fres
 
 ``cuda`` hosts all W ranks in this process on one GPU (``All2All.local_ranks``, one stream each);
 with ``--processes`` every rank is a process of its own on GPU ``rank % visible GPUs`` (real CUDA
-IPC: across GPUs where there are W of them, as ltx-core runs it; several processes share a GPU
-otherwise). ``torch`` runs W gloo processes on the CPU (the same checks; slow, for a quick run). Every round
+IPC: across GPUs where there are W of them, as ltx-core runs it; otherwise several processes share
+a GPU, time-sliced without MPS: slow, a proof of the IPC path, not a speed). ``torch`` runs W gloo processes on the CPU (the same checks; slow, for a quick run). Every round
 draws new per-rank token counts (zeros included) and new data, runs ``send_recv_heads`` and
 ``gather_heads`` and compares both outputs of every rank with an oracle built from slices of the
 inputs (``torch.equal`` on the bytes). Then rank W-1 withholds its call: the others must raise
@@ -256,7 +256,7 @@ def _proc_worker(rank, world, path, args, q):
     rng = random.Random(args.seed * 1000 + world)  # every rank draws the same rounds
     pool = make_pool(args, world, device, args.seed * 1000 + world)
     seqlen = args.batch * args.max_tokens * world
-    # ranks sharing a GPU wait for each other: their CTAs must all be resident at once
+    # ranks sharing a GPU (time-sliced, without MPS) wait for each other: few CTAs each
     sharing = cuda and torch.cuda.device_count() < world
     ctas = max(world, torch.cuda.get_device_properties(device).multi_processor_count // (world if sharing else 2)) \
         if cuda else world

@@ -107,11 +107,11 @@ class All2All(CudaIpcBackend, TorchBackend):
                     raise ValueError(f"rank/world_size ({rank}/{world_size}) disagree with the group ({gr}/{gw})")
             requested = resolve_backend_name(backend)
             # NCCL's object collectives work on the current device: make it this rank's
-            with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+            with self._device_current():
                 infos = self._exchange(self._info())
+                self.backend = self._choose_backend(requested, infos)
                 if device is None:
                     _warn_if_one_gpu(infos, world_size)
-                self.backend = self._choose_backend(requested, infos)
                 if self.backend == "cuda":
                     self.backend = self._setup_cuda_ipc(may_fall_back=requested == "auto")
         self.comm_id = next(_ids)
@@ -133,11 +133,21 @@ class All2All(CudaIpcBackend, TorchBackend):
         return [cls(r, world_size, seqlen, hidden_dim, num_sms, tensor_dtype, None, timeout_seconds,
                     device=device, _local_peers=shared) for r in range(world_size)]
 
+    def _device_current(self):
+        usable = self.device.type == "cuda" and torch.cuda.is_available() and \
+            0 <= self.device.index < torch.cuda.device_count()
+        return torch.cuda.device(self.device) if usable else contextlib.nullcontext()
+
     def _info(self):
-        # Loading may compile the extension: only for a rank that could use it (cuda_reasons
-        # reports a rank off CUDA).
-        why = _ext.load("_C_all2all")[1] if self.device.type == "cuda" else None
-        uuid = gpu_uuids()[self.device.index] if self.device.type == "cuda" else ""
+        """What the other ranks need to know of this one; an error here is exchanged too (every
+        rank then raises), so no rank waits in a collective this one never joins."""
+        try:
+            # Loading may compile the extension: only for a rank that could use it (cuda_reasons
+            # reports a rank off CUDA).
+            why = _ext.load("_C_all2all")[1] if self.device.type == "cuda" else None
+            uuid = gpu_uuids()[self.device.index] if self.device.type == "cuda" else ""
+        except Exception as e:
+            return {"error": f"{self.device}: {type(e).__name__}: {e}"}
         return {"host": socket.gethostname(), "device": str(self.device), "uuid": uuid, "capacity": self.capacity,
                 "ext": why, "dtype": str(self.dtype)}
 
@@ -149,6 +159,9 @@ class All2All(CudaIpcBackend, TorchBackend):
         return out
 
     def _choose_backend(self, backend, infos):
+        errors = [f"rank {r}: {i['error']}" for r, i in enumerate(infos) if "error" in i]
+        if errors:
+            raise ValueError(f"All2All: ranks cannot take part: {'; '.join(errors)}")
         if {i["capacity"] for i in infos} != {self.capacity} or {i["dtype"] for i in infos} != {str(self.dtype)}:
             raise ValueError(f"ranks disagree on seqlen*hidden_dim or tensor_dtype: {infos}")
         reasons = {"cuda": self.cuda_reasons(infos), "torch": self.torch_reasons()}

@@ -109,7 +109,7 @@ class CudaIpcBackend:
         release(self._ext, None, self._opened, None, self.device.index)
         self._exchange(None)  # every rank has closed its peers' buffers before any rank frees its own
         release(self._ext, self._base, [], self._host_err, self.device.index)
-        self._base = self._host_err = None
+        self._ext = self._base = self._host_err = self._buf = None
         why = "; ".join(f"rank {r}: {e}" for r, e in sorted(failed.items()))
         if may_fall_back and not self.torch_reasons():
             log.warning("All2All: CUDA IPC setup failed (%s); using the torch backend", why)

@@ -7,6 +7,7 @@ module's other public names upstream, kept so that code written against upstream
 """
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import torch
@@ -79,12 +80,12 @@ def blockwise_quantize_weights(w: torch.Tensor, block_size=128, scale_max=FP8_SC
     chk.multiple_of("w.shape[0] (N)", n, 128)
     chk.multiple_of("w.shape[1] (K)", k, 128)
     scale_max = chk.positive_finite("scale_max", scale_max)
+    # (in place where it can: ltx-core runs this on every weight of a checkpoint at load)
     blocks = w.float().reshape(n // 128, 128, k // 128, 128).transpose(1, 2)
-    a = blocks.abs()
-    amax = torch.where(a.isnan(), 0.0, a).amax(dim=(-2, -1)).clamp_min(_ref.AMAX_FLOOR)
+    amax = blocks.abs().nan_to_num_(0.0, posinf=math.inf).amax(dim=(-2, -1)).clamp_min_(_ref.AMAX_FLOOR)
     factor = amax.reciprocal() * scale_max
-    q = _ref.to_fp8_saturated(blocks * factor[:, :, None, None]).transpose(1, 2).reshape(n, k)
-    return q, factor.reciprocal()
+    scaled = (blocks * factor[:, :, None, None]).clamp_(-_ref.FP8_MAX, _ref.FP8_MAX)
+    return scaled.to(torch.float8_e4m3fn).transpose(1, 2).reshape(n, k), factor.reciprocal()
 
 
 def fp8_blockwise_quantize_weights_torch(x: torch.Tensor, block_size=128) -> Tuple[torch.Tensor, torch.Tensor]:

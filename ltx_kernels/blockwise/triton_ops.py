@@ -65,8 +65,12 @@ def run_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tens
 def run_gated_attention(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool = True):
     """``x * 2 sigmoid(gate_logits)`` per head: ``(q, scales)`` when quantizing, else
     ``(out in bf16, None)`` (upstream's output dtype for any input dtype)."""
-    out, scales = _q.gated_attention(x, gate_logits, quantize)
-    return out if quantize else out.to(torch.bfloat16), scales
+    if quantize:
+        return _q.gated_attention(x, gate_logits, True)
+    # one rounding, from fp32 (an fp16 result would round twice, and overflow past 65504)
+    src = x if x.dtype in (torch.bfloat16, torch.float32) else x.float()
+    out, _ = _q.gated_attention(src, gate_logits, False)
+    return out.to(torch.bfloat16), None
 
 
 def run_blockwise_dequantize(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

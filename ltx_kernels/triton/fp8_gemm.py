@@ -26,15 +26,24 @@ from . import cdiv, direct_launcher
 from .._dispatch import interpreter_on
 
 _HAS_DEVICE_TMA = hasattr(tl, "make_tensor_descriptor")
-_allocator_ready = False
+try:  # Triton >= 3.3 keeps the allocator per thread (a ContextVar)
+    from triton.runtime._allocation import _allocator as _ALLOCATOR_VAR
+except Exception:  # another Triton: set the allocator at every TMA launch
+    _ALLOCATOR_VAR = None
+
+
+def _allocate(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")  # the launch's device is current
 
 
 def _ensure_allocator():
-    """Device-side descriptors live in a small global scratch buffer that Triton asks us for."""
-    global _allocator_ready
-    if not _allocator_ready and hasattr(triton, "set_allocator"):
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        _allocator_ready = True
+    """Device-side descriptors live in a small global scratch buffer that Triton asks for at each
+    launch, through the allocator of the launching thread: set it there (a flag set by the first
+    thread would leave every other thread without one)."""
+    if not hasattr(triton, "set_allocator"):
+        return
+    if _ALLOCATOR_VAR is None or getattr(_ALLOCATOR_VAR, "get", lambda: None)() is not _allocate:
+        triton.set_allocator(_allocate)
 
 
 @triton.jit
@@ -248,7 +257,8 @@ def _launch(a, sa, b, sb, bias, d, cfg):
     m, k = a.shape
     n = b.shape[0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    if cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on():
+    scratch = cfg["USE_TMA"] and a.device.type == "cuda" and not interpreter_on()
+    if scratch:
         _ensure_allocator()
     tiles = cdiv(m, bm) * cdiv(n, bn)
     args = (a, b, d, sa, sb, bias if bias is not None else sb,
@@ -266,7 +276,15 @@ def _launch(a, sa, b, sb, bias, d, cfg):
         kernel = _fp8_gemm_nt_kernel
         args += (cfg["USE_TMA"], bm, bn, cfg["GROUP_M"])
     compiled = kernel[grid](*args, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    return direct_launcher(compiled, grid, args, 6)
+    launch = direct_launcher(compiled, grid, args, 6)
+    if launch is None or not scratch:
+        return launch
+
+    def launch_from_any_thread(*tensors):
+        _ensure_allocator()
+        launch(*tensors)
+
+    return launch_from_any_thread
 
 
 def _tma_ok_for(a, b, d) -> bool:
