@@ -165,6 +165,34 @@ def test_planned_gemm_on_side_stream_and_in_graph():
         assert rel_err(d, gemm_reference(qa, sa, qb, sb, None)) <= 3e-3
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="per-thread Triton state of GPU launches")
+def test_gemm_from_other_threads():
+    """Each backend's first call and its planned calls from threads other than the one that made
+    the plan (the Triton TMA kernels take their descriptor scratch from the launching thread's
+    allocator)."""
+    import threading
+
+    m, n, k = 300, 512, 512
+    for backend in _gemm_backends(torch.device("cuda")):
+        qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
+        want = gemm_reference(qa, sa, qb, sb, None)
+        got, errors = [], []
+
+        def call():
+            try:
+                got.append(lk.fp8_gemm_nt(qa, sa, qb, sb, backend=backend))
+            except Exception as e:  # reported below, with the backend
+                errors.append(e)
+
+        for _ in range(3):
+            t = threading.Thread(target=call)
+            t.start()
+            t.join()
+        torch.cuda.synchronize()
+        assert not errors, (backend, errors)
+        assert all(rel_err(d, want) <= 3e-3 for d in got), backend
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (64, 2048, 2048), (256, 4096, 4096), (512, 4096, 4096),
                                    (16384, 4096, 4096), (200, 2176, 7168), (128, 4096, 512), (64, 128, 640),
                                    (64, 1024, 4096), (256, 2176, 7168)])
