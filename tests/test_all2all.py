@@ -154,3 +154,26 @@ def test_local_rank_timeout_names_the_hardware_queues(monkeypatch):
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS")
     assert "8 (the default)" in _local_hint(Rank())
     assert _local_hint(object()) == ""
+
+
+def test_op_signature_is_the_same_in_every_process():
+    """The cuda backend's kernel compares the ranks' op signatures: equal inputs must give equal
+    numbers in separate processes (whatever their PYTHONHASHSEED), different ops, shapes or token
+    counts different ones."""
+    import subprocess
+    import sys
+
+    from ltx_kernels.all2all._buffers import op_signature
+
+    args = ("send_recv_heads", 1, 32, 128, 2, [700, 324])
+    code = ("from ltx_kernels.all2all._buffers import op_signature as s; "
+            "print(s('send_recv_heads', 1, 32, 128, 2, [700, 324]))")
+    for seed in ("0", "12345"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        assert int(out) == op_signature(*args)
+    others = [("gather_heads", 1, 32, 128, 2, [700, 324]), ("send_recv_heads", 2, 32, 128, 2, [700, 324]),
+              ("send_recv_heads", 1, 16, 128, 2, [700, 324]), ("send_recv_heads", 1, 32, 64, 2, [700, 324]),
+              ("send_recv_heads", 1, 32, 128, 1, [700, 324]), ("send_recv_heads", 1, 32, 128, 2, [324, 700])]
+    sigs = {op_signature(*a) for a in [args] + others}
+    assert len(sigs) == 7 and all(0 <= v < 2 ** 63 for v in sigs)

@@ -69,6 +69,23 @@ def test_an_output_view_fed_back_as_input():
         a.destroy()
 
 
+def test_ranks_that_disagree_on_the_token_counts_raise():
+    """Rank 0 told [3, 5] tokens, rank 1 [4, 4]: the kernels would exchange wrong rows; each
+    rank's kernel compares the op signatures and both raise, naming the other."""
+    ranks, streams = _local(2, 64, 256, torch.bfloat16, timeout=2.0)
+    ranks[0].set_rank_tokens([3, 5])
+    ranks[1].set_rank_tokens([4, 4])
+    xs = [torch.randn(1, 3, 2, 128, device="cuda").to(torch.bfloat16),
+          torch.randn(1, 4, 2, 128, device="cuda").to(torch.bfloat16)]
+    lk.All2All.run_local(ranks, streams, "send_recv_heads", xs)
+    for r in (0, 1):
+        with pytest.raises(lk.All2AllTimeout, match="ran another op, shape or token counts") as e:
+            with torch.cuda.stream(streams[r]):
+                ranks[r].check()
+        assert e.value.peer == 1 - r
+    torch.cuda.synchronize()
+
+
 def test_odd_row_bytes_and_views():
     ranks, streams = _local(2, 64, 3 * 2 * 5, FP8)
     for a in ranks:

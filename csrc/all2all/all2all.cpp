@@ -107,7 +107,7 @@ int pick_vec(std::initializer_list<long long> values) {
 // layouts are those of upstream (see ltx_kernels/all2all/). Validation happens in Python.
 void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& bases, int64_t capacity,
             int64_t rank, const std::vector<int64_t>& counts, int64_t heads, int64_t num_ctas,
-            double timeout_s, int64_t host_error) {
+            double timeout_s, int64_t host_error, int64_t op_sig) {
   const int world = static_cast<int>(bases.size());
   TORCH_CHECK(world >= 1 && world <= kMaxPeers, "world size must be 1..", kMaxPeers);
   TORCH_CHECK(static_cast<int>(counts.size()) == world, "counts must have world-size entries");
@@ -124,6 +124,7 @@ void launch(int64_t op, const torch::Tensor& x, const std::vector<int64_t>& base
   p.own = reinterpret_cast<Signals*>(reinterpret_cast<char*>(bases[rank]) + signals_offset(capacity));
   p.host_error = nullptr;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.host_error), reinterpret_cast<void*>(host_error), 0));
+  p.op_sig = static_cast<unsigned long long>(op_sig);
   p.batch = static_cast<int>(B);
   p.world = world;
   p.rank = static_cast<int>(rank);

@@ -10,7 +10,8 @@ constexpr int kThreads = 512;
 // Layout of the tail of each rank's block; 128-byte lines keep remote and local words apart.
 struct alignas(128) Signals {
   unsigned long long ready;                 // written by the owner
-  unsigned long long pad0[15];
+  unsigned long long op_sig;                // written by the owner before ready: what its op is
+  unsigned long long pad0[14];
   unsigned long long arrive[kMaxPeers];     // arrive[s] written by source s
   unsigned long long pad1[8];
   unsigned long long epoch;                 // owner-local bookkeeping from here on
@@ -20,7 +21,7 @@ struct alignas(128) Signals {
   unsigned long long sent[kMaxPeers];
 };
 
-enum Phase : int { kPhaseReady = 1, kPhaseArrive = 2 };
+enum Phase : int { kPhaseReady = 1, kPhaseArrive = 2, kPhaseMismatch = 3 };
 
 struct Plan {
   const char* src;
@@ -33,6 +34,7 @@ struct Plan {
   long long dst_bstride[kMaxPeers];  // bytes between batch entries in target t's output
   long long src_bstride, src_rstride, dst_rstride, row_bytes;
   unsigned long long timeout_ns;
+  unsigned long long op_sig;         // the op, its shape and the token counts, equal on every rank
   int batch, world, rank;
 };
 

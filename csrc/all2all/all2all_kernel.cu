@@ -7,7 +7,8 @@
 // replays stay in step:
 //   1. entry handshake: every CTA publishes "ready = e" for its own rank (the previous epoch's
 //      consumers ran before this kernel on the stream), then waits for its target's ready >= e, so
-//      nobody overwrites a buffer its owner is still reading;
+//      nobody overwrites a buffer its owner is still reading; the target's op signature (op, shape,
+//      token counts), published before its ready, must equal this rank's, or nothing is copied;
 //   2. copy (16-byte vectors when the layout allows);
 //   3. the last CTA serving target t publishes arrive_t[rank] = e (release, system scope), unless a
 //      CTA of this launch gave up a wait (and so skipped its rows): then t times out too;
@@ -130,8 +131,16 @@ __global__ void __launch_bounds__(kThreads) a2a_kernel(Plan p) {
     // Previous launches on this stream are complete, so the plain read sees the last epoch.
     const unsigned long long e = *reinterpret_cast<volatile unsigned long long*>(&p.own->epoch) + 1ull;
     s_epoch = e;
+    *reinterpret_cast<volatile unsigned long long*>(&p.own->op_sig) = p.op_sig;  // ordered by the release
     st_release_sys(&p.own->ready, e);
     s_ok = wait_geq(p, &p.sig[t]->ready, e, t, kPhaseReady, e);
+    // The target's signature of epoch e: it cannot have moved on, since its epoch e + 1 starts only
+    // after this rank's arrival. A mismatch (ranks disagreeing on the op, its shape or the token
+    // counts) would exchange wrong rows silently: record it instead.
+    if (s_ok && *reinterpret_cast<volatile unsigned long long*>(&p.sig[t]->op_sig) != p.op_sig) {
+      record_error(p, t, kPhaseMismatch, e);
+      s_ok = 0;
+    }
   }
   __syncthreads();
   const unsigned long long e = s_epoch;

@@ -14,6 +14,14 @@ from . import _ops
 from ._common import MAX_WORLD, All2AllTimeout, dist
 
 _PHASES = {1: "entry handshake: it never became ready to receive", 2: "its data never arrived"}
+_MISMATCH = 3  # the kernel's kPhaseMismatch
+
+
+def op_signature(op: str, batch: int, heads: int, head_dim: int, elem: int, counts) -> int:
+    """What every rank of one collective op agrees on (the op, B, H, D, the element size and every
+    rank's token count), as the 63-bit number the kernel compares between ranks. ``hash`` of a
+    tuple of ints is the same in every process (no string hashing, so PYTHONHASHSEED plays no part)."""
+    return hash((_ops.OPS[op], batch, heads, head_dim, elem, tuple(counts))) & ((1 << 63) - 1)
 
 
 def _local_hint(a2a) -> str:
@@ -121,10 +129,15 @@ class CudaIpcBackend:
             raise self.broken
         code, peer, phase, epoch = self._ext.host_error_read(self._host_err)
         if code:
+            if phase == _MISMATCH:
+                what = (f"peer rank {peer} ran another op, shape or token counts (set_rank_tokens) as op #{epoch} "
+                        f"of this instance: every rank must issue the same ops with the same counts")
+            else:
+                what = (f"peer rank {peer} did not arrive within {self.timeout_seconds:g}s "
+                        f"({_PHASES.get(phase, phase)}; op #{epoch} of this instance)")
             self.broken = All2AllTimeout(
-                f"All2All rank {self.rank}: peer rank {peer} did not arrive within {self.timeout_seconds:g}s "
-                f"({_PHASES.get(phase, phase)}; op #{epoch} of this instance). The kernel exited, the CUDA "
-                f"context is fine; destroy this instance and build a new one." + _local_hint(self), int(peer))
+                f"All2All rank {self.rank}: {what}. The kernel exited, the CUDA context is fine; destroy this "
+                f"instance and build a new one." + ("" if phase == _MISMATCH else _local_hint(self)), int(peer))
             raise self.broken
 
     def _run_cuda(self, op, x, copy_out):
@@ -136,7 +149,8 @@ class CudaIpcBackend:
         shape = self.out_shape(op, x.shape)
         heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
         self._ext.launch(_ops.OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
-                         self.num_sms, self.timeout_seconds, self._host_err)
+                         self.num_sms, self.timeout_seconds, self._host_err,
+                         op_signature(op, x.shape[0], heads, x.shape[3], x.element_size(), self.counts))
         out = self._buf[: math.prod(shape) * x.element_size()].view(self.dtype).view(shape)
         return out.clone() if copy_out else out
 
