@@ -78,6 +78,12 @@ def _worker(rank, world, path, scenario):
         device, visible = "cuda:0", UUIDS[rank:world] + UUIDS[:rank]
     if scenario == "bad_device" and rank == 1:
         device = "cuda:7"
+    if scenario == "unset_device":
+        # no torch.cuda.set_device(local_rank): every rank defaults to the current device, cuda:0
+        device, visible = None, UUIDS[:world]
+        torch.cuda.is_available = lambda: True
+        torch.cuda.current_device = lambda: 0
+        torch.cuda.device_count = lambda: world
     _buffers.gpu_uuids = lambda: visible
     lk.all2all.gpu_uuids = _buffers.gpu_uuids
     torch.cuda.device = lambda d: contextlib.nullcontext()
@@ -103,8 +109,13 @@ def _worker(rank, world, path, scenario):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         a2a = lk.All2All(rank, world, 16, 256, world, torch.bfloat16, device=device)
-    assert not [w for w in caught if "set_device" in str(w.message)]
-    if scenario == "per_rank_visible":
+    unset = [w for w in caught if "set_device" in str(w.message)]
+    assert len(unset) == (scenario == "unset_device"), [str(w.message) for w in caught]
+    if scenario == "unset_device":
+        assert "all 3 ranks are on cuda:0 of 3 visible GPUs" in str(unset[0].message)
+        assert a2a.backend == "cuda"  # ranks sharing a GPU work; the warning is about the likely mistake
+        a2a.destroy()
+    elif scenario == "per_rank_visible":
         # every peer was looked up by its GPU, not by the index it has in another process
         assert sorted(asked) == sorted(u for u in UUIDS[:world] if u != UUIDS[rank]), asked
         assert a2a.backend == "torch"
@@ -127,7 +138,7 @@ def _worker(rank, world, path, scenario):
 
 
 @pytest.mark.parametrize("scenario", ["ok", "no_peer_access", "open_fails", "alloc_fails", "per_rank_visible",
-                                      "bad_device"])
+                                      "bad_device", "unset_device"])
 def test_every_rank_takes_the_same_backend(scenario):
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(3, os.path.join(tmp, "rendezvous"), scenario), nprocs=3, join=True)
