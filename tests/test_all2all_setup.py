@@ -34,7 +34,7 @@ class FakeExt:
         self.blocks.add(1000 + self.rank)
         return 1000 + self.rank
 
-    def host_error_alloc(self, device):
+    def host_error_alloc(self, device=None):
         self.host.add(7)
         return 7
 
