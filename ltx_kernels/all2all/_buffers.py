@@ -58,7 +58,9 @@ class CudaIpcBackend:
             # IPC open, whose failure every rank learns of (_setup_cuda_ipc).
             me = self.device.index
             local = {u: k for k, u in enumerate(gpu_uuids()) if u}
-            peers = {local.get(i.get("uuid"), None) for i in infos} - {None, me}
+            # (a torch that reports no UUID: the peer's own index, as every rank sees the same list then)
+            peers = {local.get(i["uuid"]) if i.get("uuid") else int(i["device"].split(":")[1])
+                     for i in infos} - {None, me}
             blocked = [d for d in sorted(peers) if not torch.cuda.can_device_access_peer(me, d)]
             if blocked:
                 r.append(f"no peer access from cuda:{me} to {['cuda:%d' % d for d in blocked]}")
