@@ -108,6 +108,27 @@ def _timeout_worker(rank, world, path):
     os._exit(0)  # the group is wedged by design; skip its teardown
 
 
+def _disagree_worker(rank, world, path):
+    """Ranks told different token counts: every op raises on every rank, naming a peer, instead of
+    returning rows from the wrong places."""
+    _init(rank, world, path)
+    counts = [[3, 5, 2], [4, 4, 2], [3, 5, 2]][rank]  # rank 1 disagrees
+    for op in ("send_recv_heads", "gather_heads", "allgather"):
+        a2a = lk.All2All(rank, world, 64, 256, world, torch.bfloat16, backend="torch", device="cpu", timeout_seconds=20)
+        a2a.set_rank_tokens(counts)
+        n = sum(counts) if op == "gather_heads" else counts[rank]
+        x = torch.randn(1, n, 2 if op != "gather_heads" else 1, 128).to(torch.bfloat16)
+        if op == "send_recv_heads":
+            x = torch.randn(1, n, 3, 128).to(torch.bfloat16)
+        with pytest.raises(lk.All2AllTimeout, match="ran another op, shape or token counts") as e:
+            getattr(a2a, op)(x)
+        assert e.value.peer != rank and (rank == 1 or e.value.peer == 1), (op, e.value.peer)
+        with pytest.raises(lk.All2AllTimeout):  # the instance stays unusable
+            getattr(a2a, op)(x)
+        dist.barrier()
+    _finish()
+
+
 def _spawn(fn, world):
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(fn, args=(world, os.path.join(tmp, "rendezvous")), nprocs=world, join=True)
@@ -120,6 +141,10 @@ def test_torch_backend_layouts(world):
 
 def test_torch_backend_bad_inputs():
     _spawn(_bad_inputs_worker, 2)
+
+
+def test_torch_backend_ranks_that_disagree_raise():
+    _spawn(_disagree_worker, 3)
 
 
 def test_torch_backend_timeout():
@@ -163,10 +188,10 @@ def test_op_signature_is_the_same_in_every_process():
     import subprocess
     import sys
 
-    from ltx_kernels.all2all._buffers import op_signature
+    from ltx_kernels.all2all._ops import op_signature
 
     args = ("send_recv_heads", 1, 32, 128, 2, [700, 324])
-    code = ("from ltx_kernels.all2all._buffers import op_signature as s; "
+    code = ("from ltx_kernels.all2all._ops import op_signature as s; "
             "print(s('send_recv_heads', 1, 32, 128, 2, [700, 324]))")
     for seed in ("0", "12345"):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

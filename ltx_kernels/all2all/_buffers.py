@@ -17,13 +17,6 @@ _PHASES = {1: "entry handshake: it never became ready to receive", 2: "its data 
 _MISMATCH = 3  # the kernel's kPhaseMismatch
 
 
-def op_signature(op: str, batch: int, heads: int, head_dim: int, elem: int, counts) -> int:
-    """What every rank of one collective op agrees on (the op, B, H, D, the element size and every
-    rank's token count), as the 63-bit number the kernel compares between ranks. ``hash`` of a
-    tuple of ints is the same in every process (no string hashing, so PYTHONHASHSEED plays no part)."""
-    return hash((_ops.OPS[op], batch, heads, head_dim, elem, tuple(counts))) & ((1 << 63) - 1)
-
-
 def _local_hint(a2a) -> str:
     """What to check when one process hosts every rank (All2All.local_ranks): the ranks' kernels
     wait for each other, so their streams must reach the GPU through distinct hardware queues.
@@ -152,7 +145,7 @@ class CudaIpcBackend:
         heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
         self._ext.launch(_ops.OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
                          self.num_sms, self.timeout_seconds, self._host_err,
-                         op_signature(op, x.shape[0], heads, x.shape[3], x.element_size(), self.counts))
+                         _ops.op_signature(op, x.shape[0], heads, x.shape[3], x.element_size(), self.counts))
         out = self._buf[: math.prod(shape) * x.element_size()].view(self.dtype).view(shape)
         return out.clone() if copy_out else out
 

@@ -9,6 +9,14 @@ OPS = {"send_recv_heads": 0, "gather_heads": 1, "allgather": 2}
 registry: dict = {}
 
 
+def op_signature(op: str, batch: int, heads: int, head_dim: int, elem: int, counts) -> int:
+    """What every rank of one collective op agrees on (the op, B, H of the full tensor, D, the
+    element size and every rank's token count), as a 63-bit number the ranks compare (the cuda
+    kernel, the torch backend's trailers). ``hash`` of a tuple of ints is the same in every process
+    (no string hashing, so PYTHONHASHSEED plays no part)."""
+    return hash((OPS[op], batch, heads, head_dim, elem, tuple(counts))) & ((1 << 63) - 1)
+
+
 def _impl(op):
     def run(x: torch.Tensor, comm_id: int, counts: list[int], rank: int, copy_out: bool) -> torch.Tensor:
         inst = registry[comm_id]
