@@ -123,25 +123,27 @@ class TorchBackend:
 
     def _verify(self, trailers: torch.Tensor, sig: torch.Tensor) -> None:
         """trailers [W, 8]: what each rank appended to its chunk for this one."""
-        bad = (trailers != sig).any(dim=1)
-        code = torch.where(bad, torch.arange(len(bad), 0, -1, device=bad.device), 0).amax()
-        first = torch.where(code > 0, len(bad) + 1 - code, 0)  # the lowest bad rank + 1; 0: none
+        w = len(trailers)
+        if getattr(self, "_ranks_desc", None) is None or len(self._ranks_desc) != w:
+            self._ranks_desc = torch.arange(w, 0, -1, device=trailers.device)  # rank s -> w - s
+        # w - (the lowest rank whose trailer differs), 0 when none does: few small kernels, no sync
+        code = ((trailers != sig).any(dim=1) * self._ranks_desc).amax()
         if self.device.type == "cpu":
-            if int(first):
-                self._mismatch(int(first) - 1)
+            if int(code):
+                self._mismatch(w - int(code))
             return
         # on a GPU: into a device flag, copied to pinned host memory without waiting; read at the
         # next op and in check()
         if getattr(self, "_sig_flag", None) is None:
             self._sig_flag = torch.zeros((), dtype=torch.int64, device=self.device)
             self._sig_host = torch.zeros((), dtype=torch.int64).pin_memory()
-        torch.maximum(self._sig_flag, first, out=self._sig_flag)
+        torch.maximum(self._sig_flag, code, out=self._sig_flag)
         self._sig_host.copy_(self._sig_flag, non_blocking=True)
 
     def _raise_if_mismatched(self) -> None:
         host = getattr(self, "_sig_host", None)
         if host is not None and int(host):
-            self._mismatch(int(host) - 1)
+            self._mismatch(len(self._ranks_desc) - int(host))
 
     def _mismatch(self, peer: int):
         self.broken = All2AllTimeout(
