@@ -91,8 +91,8 @@ class TorchBackend:
             send = torch.cat([piece for s in range(w) for piece in (raw(x[:, offs[s]:offs[s] + counts[s]]), sig)])
             chunk = b * c_r * tok
             out = torch.empty(w, chunk + _SIG, dtype=torch.uint8, device=x.device)
-            work = dist().all_to_all_single(out.view(-1), send, [chunk + _SIG] * w, [b * c * tok + _SIG for c in counts],
-                                            group=self.group, async_op=True)
+            work = dist().all_to_all_single(out.view(-1), send, [chunk + _SIG] * w,
+                                            [b * c * tok + _SIG for c in counts], group=self.group, async_op=True)
             self._wait(work, "all_to_all_single")
             self._verify(out[:, chunk:], sig)
             blocks = out[:, :chunk].view(self.dtype).view(w, b, c_r, hpr, d)
