@@ -1,6 +1,8 @@
 """Argument checks shared by the public wrappers: clear ValueError/TypeError messages."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ._dispatch import Memo
@@ -43,6 +45,17 @@ def same_device(**named) -> None:
 def multiple_of(name: str, value: int, m: int) -> None:
     if value % m != 0:
         raise ValueError(f"{name} must be a multiple of {m}, got {value}")
+
+
+def integer(name: str, value) -> int:
+    """An int, also given as another integral type (a numpy integer, a 0-d integer tensor), as
+    torch.library's ``int`` arguments take them; never a bool."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be an int, got {type(value).__name__}")
 
 
 def positive_finite(name: str, value) -> float:

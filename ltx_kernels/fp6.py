@@ -1,8 +1,6 @@
 """Public FP6 pack/unpack ops (bit layout of upstream ltx-kernels, see reference.fp6_pack)."""
 from __future__ import annotations
 
-import operator
-
 import torch
 
 from . import _checks as chk
@@ -145,21 +143,10 @@ def fp6_pack(x: torch.Tensor, *, check: bool = False, backend: str = "auto") -> 
     return _plans.record(key, call, _fp6_pack_op, _fp6_pack_op_impl, x, backend)
 
 
-def _as_int(name: str, v) -> int:
-    """An integer given as another integral type (a numpy integer, a 0-d integer tensor), as
-    torch.library's ``int`` arguments take them."""
-    try:
-        if isinstance(v, bool):
-            raise TypeError
-        return operator.index(v)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}") from None
-
-
 def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tensor:
     """Inverse of fp6_pack: uint8 ``[..., 3n/4]`` -> uint8 ``[..., n]`` (view it as float8_e4m3fn)."""
     if type(n) is not int:
-        n = _as_int("n", n)
+        n = chk.integer("n", n)
     key = tuning.plan_key("fp6_unpack", p, n, backend=backend)
     plan = _plans.get(key)
     if plan is not None:

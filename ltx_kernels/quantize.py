@@ -218,12 +218,16 @@ def quantize_weights_blockwise(w, *, scale_max=FP8_SCALE_MAX, backend="auto"):
     The stored scale is ``amax / scale_max`` per block, as LTX-2 checkpoints expect
     (``scale_max=FP6_SCALE_MAX`` makes every code FP6-packable).
     """
-    chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
-    n, k = w.shape
-    chk.multiple_of("w.shape[0] (N)", n, 128)
-    chk.multiple_of("w.shape[1] (K)", k, 128)
-    scale_max = chk.positive_finite("scale_max", scale_max)
+    scale_max = check_weights(w, scale_max)
     return call(_weights_op, _weights_op_impl, w, scale_max, backend)
+
+
+def check_weights(w, scale_max) -> float:
+    """A weight ``[N, K]`` of 128x128 blocks and its scale_max (returned as a float)."""
+    chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
+    chk.multiple_of("w.shape[0] (N)", w.shape[0], 128)
+    chk.multiple_of("w.shape[1] (K)", w.shape[1], 128)
+    return chk.positive_finite("scale_max", scale_max)
 
 
 # ---------------------------------------------------------------------------------------------

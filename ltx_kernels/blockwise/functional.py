@@ -12,7 +12,6 @@ from typing import Tuple
 
 import torch
 
-from .. import _checks as chk
 from .. import fp6 as _fp6
 from .. import norm_rope as _nr
 from .. import quantize as _q
@@ -75,11 +74,8 @@ def blockwise_quantize_weights(w: torch.Tensor, block_size=128, scale_max=FP8_SC
     weight, 144 of its 262,144 codes land one e4m3 step away). Unlike upstream's, an all-zero block gets
     zero codes and a finite scale, and a NaN element does not spoil its block."""
     _check_block_size(block_size)
-    chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
+    scale_max = _q.check_weights(w, scale_max)
     n, k = w.shape
-    chk.multiple_of("w.shape[0] (N)", n, 128)
-    chk.multiple_of("w.shape[1] (K)", k, 128)
-    scale_max = chk.positive_finite("scale_max", scale_max)
     # (in place where it can: ltx-core runs this on every weight of a checkpoint at load)
     blocks = w.float().reshape(n // 128, 128, k // 128, 128).transpose(1, 2)
     amax = blocks.abs().nan_to_num_(0.0, posinf=math.inf).amax(dim=(-2, -1)).clamp_min_(_ref.AMAX_FLOOR)
