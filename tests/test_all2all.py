@@ -190,15 +190,21 @@ def test_op_signature_is_the_same_in_every_process():
 
     from ltx_kernels.all2all._ops import op_signature
 
-    args = ("send_recv_heads", 1, 32, 128, 2, [700, 324])
-    code = ("from ltx_kernels.all2all._ops import op_signature as s; "
-            "print(s('send_recv_heads', 1, 32, 128, 2, [700, 324]))")
+    def sig(op, b, h, d, dtype, counts):  # x's token count is its rank's own: not in the signature
+        return op_signature(op, torch.empty(b, 5, h, d, dtype=dtype), counts)
+
+    args = ("send_recv_heads", 1, 32, 128, torch.bfloat16, [700, 324])
+    code = ("import torch; from ltx_kernels.all2all._ops import op_signature as s; "
+            "print(s('send_recv_heads', torch.empty(1, 9, 32, 128, dtype=torch.bfloat16), [700, 324]))")
     for seed in ("0", "12345"):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout
-        assert int(out) == op_signature(*args)
-    others = [("gather_heads", 1, 32, 128, 2, [700, 324]), ("send_recv_heads", 2, 32, 128, 2, [700, 324]),
-              ("send_recv_heads", 1, 16, 128, 2, [700, 324]), ("send_recv_heads", 1, 32, 64, 2, [700, 324]),
-              ("send_recv_heads", 1, 32, 128, 1, [700, 324]), ("send_recv_heads", 1, 32, 128, 2, [324, 700])]
-    sigs = {op_signature(*a) for a in [args] + others}
+        assert int(out) == sig(*args)
+    others = [("gather_heads", 1, 32, 128, torch.bfloat16, [700, 324]),
+              ("send_recv_heads", 2, 32, 128, torch.bfloat16, [700, 324]),
+              ("send_recv_heads", 1, 16, 128, torch.bfloat16, [700, 324]),
+              ("send_recv_heads", 1, 32, 64, torch.bfloat16, [700, 324]),
+              ("send_recv_heads", 1, 32, 128, torch.float8_e4m3fn, [700, 324]),
+              ("send_recv_heads", 1, 32, 128, torch.bfloat16, [324, 700])]
+    sigs = {sig(*a) for a in [args] + others}
     assert len(sigs) == 7 and all(0 <= v < 2 ** 63 for v in sigs)

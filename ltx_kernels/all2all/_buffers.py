@@ -142,10 +142,9 @@ class CudaIpcBackend:
             # a view of this rank's buffer (a copy_out=False result): peers write it while it is read
             x = x.clone()
         shape = self.out_shape(op, x.shape)
-        heads = x.shape[2] * (self.world_size if op == "gather_heads" else 1)  # H of the full tensor
-        self._ext.launch(_ops.OPS[op], x, self._bases, self.capacity, self.rank, self.counts, heads,
-                         self.num_sms, self.timeout_seconds, self._host_err,
-                         _ops.op_signature(op, x.shape[0], heads, x.shape[3], x.element_size(), self.counts))
+        self._ext.launch(_ops.OPS[op], x, self._bases, self.capacity, self.rank, self.counts,
+                         _ops.full_heads(op, x.shape, self.world_size), self.num_sms, self.timeout_seconds,
+                         self._host_err, _ops.op_signature(op, x, self.counts))
         out = self._buf[: math.prod(shape) * x.element_size()].view(self.dtype).view(shape)
         return out.clone() if copy_out else out
 

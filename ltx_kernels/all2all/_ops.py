@@ -9,12 +9,19 @@ OPS = {"send_recv_heads": 0, "gather_heads": 1, "allgather": 2}
 registry: dict = {}
 
 
-def op_signature(op: str, batch: int, heads: int, head_dim: int, elem: int, counts) -> int:
+def full_heads(op: str, x_shape, world: int) -> int:
+    """H of the full tensor for an input of ``op`` (gather_heads takes H / W heads a rank)."""
+    return x_shape[2] * (world if op == "gather_heads" else 1)
+
+
+def op_signature(op: str, x: torch.Tensor, counts) -> int:
     """What every rank of one collective op agrees on (the op, B, H of the full tensor, D, the
-    element size and every rank's token count), as a 63-bit number the ranks compare (the cuda
-    kernel, the torch backend's trailers). ``hash`` of a tuple of ints is the same in every process
-    (no string hashing, so PYTHONHASHSEED plays no part)."""
-    return hash((OPS[op], batch, heads, head_dim, elem, tuple(counts))) & ((1 << 63) - 1)
+    element size and every rank's token count; not this rank's own token count), as a 63-bit
+    number the ranks compare (the cuda kernel; the torch backend over gloo). ``hash`` of a tuple
+    of ints is the same in every process (no string hashing, so PYTHONHASHSEED plays no part)."""
+    b, _, _, d = x.shape
+    key = (OPS[op], b, full_heads(op, x.shape, len(counts)), d, x.element_size(), tuple(counts))
+    return hash(key) & ((1 << 63) - 1)
 
 
 def _impl(op):

@@ -11,6 +11,7 @@ NCCL that would cost a host sync per op; there, as for any NCCL collective, the 
 from __future__ import annotations
 
 import datetime
+import functools
 
 import torch
 
@@ -60,9 +61,8 @@ class TorchBackend:
         if w == 1:
             out = x if op != "gather_heads" else x.view(b, n, h, d)
             return out.clone()
-        if self._over_gloo():
-            self._agree(_ops.op_signature(op, b, h * (w if op == "gather_heads" else 1), d, x.element_size(),
-                                          counts))
+        if self._over_gloo:
+            self._agree(_ops.op_signature(op, x, counts))
         raw = lambda u: u.contiguous().view(torch.uint8).reshape(-1)  # noqa: E731  (gloo has no fp8)
         per_tok = h * d * x.element_size()
         if op == "send_recv_heads":
@@ -94,14 +94,12 @@ class TorchBackend:
         return torch.cat([g.view(self.dtype).view(b, cmax, h, d)[:, :c] for g, c in zip(gathered, counts)], dim=1)
 
     # ------------------------------------------------------------------ agreement over gloo
+    @functools.cached_property
     def _over_gloo(self) -> bool:
         """Whether this rank's tensors travel over gloo (a group may name one backend per device
         type, e.g. "cpu:gloo,cuda:nccl")."""
-        gloo = self.__dict__.get("_gloo")
-        if gloo is None:
-            name = str(dist().get_backend(self.group)).lower()
-            gloo = self._gloo = "gloo" in name and (self.device.type == "cpu" or "nccl" not in name)
-        return gloo
+        name = str(dist().get_backend(self.group)).lower()
+        return "gloo" in name and (self.device.type == "cpu" or "nccl" not in name)
 
     def _agree(self, signature: int) -> None:
         """Every rank's signature of this op must be this rank's: else raise naming the lowest
