@@ -65,12 +65,11 @@ def direct_launcher(compiled, grid, args, n_dynamic: int):
     stream, current, index = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice, args[0].device.index
 
     def launch(*dynamic):
-        if current() == index:
-            run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
-            return
-        # the compiled function belongs to its device's context, and Triton's launcher (with its
-        # scratch allocations) works in the current one
-        with torch.cuda.device(index):
-            run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
+        if current() != index:
+            # the compiled function belongs to its device's context, and Triton's launcher (with its
+            # scratch allocations) works in the current one
+            with torch.cuda.device(index):
+                return launch(*dynamic)
+        run(g0, g1, g2, stream(index), function, meta, None, None, None, *dynamic, *fixed)
 
     return launch

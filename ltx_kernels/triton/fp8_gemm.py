@@ -42,7 +42,7 @@ def _ensure_allocator():
     thread would leave every other thread without one)."""
     if not hasattr(triton, "set_allocator"):
         return
-    if _ALLOCATOR_VAR is None or getattr(_ALLOCATOR_VAR, "get", lambda: None)() is not _allocate:
+    if _ALLOCATOR_VAR is None or _ALLOCATOR_VAR.get() is not _allocate:
         triton.set_allocator(_allocate)
 
 
