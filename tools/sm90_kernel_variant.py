@@ -229,36 +229,27 @@ HALFBOX = [
 ]
 
 
-_STAGED_EPILOGUE = """#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {
+# the epilogue's loop over a wave's staging boxes, whole (the pieces above are its lines)
+_BOX_LOOP_WHOLE = (_BOX_LOOP + _BOX_WAIT + """          named_barrier_sync(1 + c, 128);  // bias written; box free
 #pragma unroll
-        for (int bx = 0; bx < BN / 64; ++bx) {
-"""
-STGEPI = [
-    (_STAGED_EPILOGUE + "".join(_l + "\n" for _l in """          uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
-          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
-          named_barrier_sync(1 + c, 128);  // bias written; box free
-#pragma unroll
-          for (int jj = 0; jj < 8; ++jj) {
-            const int j = bx * 8 + jj;  // 8-column chunk of the wave
-            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+""" + _BOX_CHUNKS + """            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = row_in_wave + 8 * h;
               const __nv_bfloat162 v =
                   __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
-            }
+""" + _BOX_WRITE + """            }
           }
           fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
           named_barrier_sync(1 + c, 128);
           const int wave_row = row0 + w * 64;
           if (t == 0) {
-            if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);
-            bulk_commit();
+""" + _BOX_STORE + """            bulk_commit();
           }
         }
-""".splitlines()), """      named_barrier_sync(1 + c, 128);  // bias written
+""")
+STGEPI = [
+    ("#pragma unroll\n      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n" + _BOX_LOOP_WHOLE, """      named_barrier_sync(1 + c, 128);  // bias written
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
         const int r0 = row0 + w * 64 + row_in_wave;
