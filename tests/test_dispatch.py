@@ -184,6 +184,7 @@ def test_autotune_without_a_gpu_uses_the_heuristic(tmp_path, monkeypatch):
     tuning._choices.clear()
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Triton runs CPU tensors only under its interpreter")
 def test_autotune_env_on_cpu_runs_the_op(monkeypatch):
     """The public op under LTX_KERNELS_AUTOTUNE=1 on CPU tensors (it used to try to time candidates
     and fail with 'no config ran')."""
