@@ -21,7 +21,7 @@ Backends: ``cuda`` / ``triton`` (``fp8_gemm_nt`` with that backend), ``cuda@256x
 instantiation of the built extension, forced; ``cuda@128x128x1/4`` with 4 K slices),
 ``lib:NAME@256x128x2`` (that instantiation of a kernel variant built as a plain library by
 ``LIB=1 tools/sm90_build_standalone.sh`` and named with ``--lib NAME=PATH``, called through
-ctypes). Every backend's output is checked against the reference (``rel_err``). Each row also
+ctypes; ``lib:NAME@192x128x1/2`` with 2 K slices, its workspace allocated outside the timing). Every backend's output is checked against the reference (``rel_err``). Each row also
 records the tile config and K slices the host picks for ``cuda`` (``cuda_config``,
 ``BMxBNxCL/S``; printed in brackets).
 """
@@ -90,18 +90,31 @@ def upstream_gemm(path):
 
 def lib_gemm(path):
     """The C entry point of a kernel library built from tools/sm90_lib.cu, as
-    call(qa, sa, qb, sb, bias or None, d, (block_m, block_n, cluster)) on the current stream."""
-    fn = ctypes.CDLL(path).ltx_sm90_launch
-    fn.restype = ctypes.c_char_p
+    call(qa, sa, qb, sb, bias or None, d, (block_m, block_n, cluster), splits=1, ws=None) on the
+    current stream (splits > 1: ws an fp32 workspace of splits * M * N)."""
+    lib = ctypes.CDLL(path)
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
-    fn.argtypes = [ptr, ptr, ptr, i64, ptr, i64, i64, ptr, ptr, i64, i32, i32, i32, i32, i32, i32, i32, ptr]
+    head = [ptr, ptr, ptr, i64, ptr, i64, i64, ptr, ptr, i64, i32, i32, i32, i32, i32, i32]
+    fn = lib.ltx_sm90_launch
+    fn.restype, fn.argtypes = ctypes.c_char_p, head + [i32, ptr]
+    fn_splits = getattr(lib, "ltx_sm90_launch_splits", None)  # libraries built before it have none
+    if fn_splits is not None:
+        fn_splits.restype, fn_splits.argtypes = ctypes.c_char_p, head + [i32, ptr, i32, ptr]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
-    def call(qa, sa, qb, sb, bias, d, cfg):
+    def call(qa, sa, qb, sb, bias, d, cfg, splits=1, ws=None):
         assert sa.stride(0) == 1 and sa.stride(1) % 4 == 0 and sa.data_ptr() % 16 == 0, "sa must be M-major"
-        err = fn(qa.data_ptr(), qb.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0), sb.stride(1),
-                 None if bias is None else bias.data_ptr(), d.data_ptr(), d.stride(0), qa.shape[0], qb.shape[0], qa.shape[1], *cfg, sms,
-                 torch.cuda.current_stream().cuda_stream)
+        args = (qa.data_ptr(), qb.data_ptr(), sa.data_ptr(), sa.stride(1), sb.data_ptr(), sb.stride(0), sb.stride(1),
+                None if bias is None else bias.data_ptr(), d.data_ptr(), d.stride(0), qa.shape[0], qb.shape[0],
+                qa.shape[1], *cfg)
+        stream = torch.cuda.current_stream().cuda_stream
+        if splits == 1:
+            err = fn(*args, sms, stream)
+        else:
+            if fn_splits is None:
+                raise RuntimeError(f"{path} has no ltx_sm90_launch_splits (built before it): rebuild it")
+            assert ws is not None and ws.dtype == torch.float32 and ws.numel() >= splits * d.numel(), "ws"
+            err = fn_splits(*args, splits, ws.data_ptr(), sms, stream)
         if err:
             raise RuntimeError(err.decode())
 
@@ -137,11 +150,14 @@ def main():
                                                                                         dtype=torch.bfloat16)
         fns, outs = {}, {}
         for be in filter(None, args.backends.split(",")):
-            if be.startswith("lib:"):
-                name, cfg = be[4:].split("@")
-                cfg = tuple(int(v) for v in cfg.split("x"))
+            if be.startswith("lib:"):  # lib:NAME@256x128x2, lib:NAME@192x128x1/2 with 2 K slices
+                name, spec = be[4:].split("@")
+                spec, _, splits = spec.partition("/")
+                cfg, splits = tuple(int(v) for v in spec.split("x")), int(splits or 1)
                 outs[be] = torch.empty_like(d)
-                fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be]: call(qa, sa, qb, sb_tma, bias, out, cfg)
+                ws = torch.empty(splits * m * n, device="cuda") if splits > 1 else None
+                fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be], s=splits, ws=ws: call(
+                    qa, sa, qb, sb_tma, bias, out, cfg, s, ws)
             elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster),
                 # cuda@128x128x1/4 with 4 K slices
                 spec, _, splits = be.split("@")[1].partition("/")

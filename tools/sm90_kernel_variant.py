@@ -44,6 +44,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              box before it is rewritten (what the epilogue's store waits cost at most)
   stgepi     the epilogue stores each thread's bf16 pairs straight from registers to global memory
              (no staging, no TMA store, no store waits; 16-byte row pieces a warp instruction)
+  tailsplit  split-K for the last, ragged wave only: with splits S > 1 and at least a wave of tiles,
+             the tiles of whole waves run whole and only the tiles past them run as S K slices
+             (fp32 partials, then a reduction over those tiles alone), so the last wave's tiles
+             take 1/S of the time; with fewer tiles than a wave it is the kernel's split-K as is.
+             Time it as lib:NAME@BMxBNxCL/S (tools/gemm_protocols.py)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
              share the rows), instead of each CTA loading the same 1 KB
 """
@@ -288,6 +293,133 @@ SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM
 """)]
 
 
+# split-K for the tail: units [0, whole) are whole tiles, the rest K slices of the tiles past them
+TAILSPLIT = [
+    ("""  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, num_units = num_m * num_groups * p.splits;
+  const int kblocks = p.K / BK / p.splits, nblocks128 = p.N / 128;  // K blocks per work unit
+""", """  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, tiles = num_m * num_groups;
+  // Split-K covers the tiles past the last whole wave: units [0, whole) are tiles [0, whole), whole
+  // K each; unit whole + i is K slice i % splits of tile whole + i / splits. With fewer tiles than
+  // clusters, whole = 0: every tile is split (the host's split-K for small M).
+  const int whole = p.splits > 1 ? tiles - tiles % num_clusters : tiles;
+  const int num_units = whole + (tiles - whole) * p.splits;
+  const int kb_all = p.K / BK, kb_part = kb_all / p.splits, nblocks128 = p.N / 128;
+  auto tile_of = [&](int u) { return u < whole ? u : whole + (u - whole) / p.splits; };
+  auto kb_first = [&](int u) { return u < whole ? 0 : (u - whole) % p.splits * kb_part; };
+  auto kb_count = [&](int u) { return u < whole ? kb_all : kb_part; };
+"""),
+    ("""        unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
+        const int kb0 = unit % p.splits * kblocks;  // the unit's first K block
+""", """        unit_coords(tile_of(unit), num_m, num_groups, m_blk, n_grp);
+        const int kb0 = kb_first(unit), kb_end = kb0 + kb_count(unit);  // the unit's K blocks
+"""),
+    ("        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {\n", "        for (int kb = kb0; kb < kb_end; ++kb) {\n"),
+    ("    int acq_unit = cluster_id, acq_kb = cluster_id % p.splits * kblocks, acq_kb_end = acq_kb + kblocks;\n",
+     "    int acq_unit = cluster_id, acq_kb = kb_first(cluster_id), acq_kb_end = acq_kb + kb_count(cluster_id);\n"),
+    ("""        acq_kb = acq_unit % p.splits * kblocks;
+        acq_kb_end = acq_kb + kblocks;
+""", """        acq_kb = kb_first(acq_unit);
+        acq_kb_end = acq_kb + kb_count(acq_unit);
+"""),
+    ("    float* partial = nullptr;  // split-K: this unit's slice of the workspace\n",
+     "    float* partial = nullptr;  // split-K: this unit's slice of the workspace\n"
+     "    int tile_kb = kb_all;      // the unit's K blocks\n"),
+    ("      unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);\n      row0 =",
+     "      unit_coords(tile_of(unit), num_m, num_groups, m_blk, n_grp);\n      row0 ="),
+    ("p.bias && p.splits == 1 && t + 128 * i < BN", "p.bias && unit < whole && t + 128 * i < BN"),
+    ("      if (p.splits > 1) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;\n",
+     "      partial = unit < whole ? nullptr : p.ws + static_cast<int64_t>((unit - whole) % p.splits) * p.M * p.N;\n"
+     "      tile_kb = kb_count(unit);\n"),
+    ("      if (p.splits > 1) {\n#pragma unroll\n        for (int w = 0; w < kWaves; ++w) {\n",
+     "      if (partial) {\n#pragma unroll\n        for (int w = 0; w < kWaves; ++w) {\n"),
+    ("    const int stream = my_units * kblocks;\n",
+     "    // whole is a multiple of num_clusters when split: every CTA has whole / num_clusters whole units\n"
+     "    const int my_whole = cluster_id < whole ? (whole - 1 - cluster_id) / num_clusters + 1 : 0;\n"
+     "    const int stream = my_whole * kb_all + (my_units - my_whole) * kb_part;\n"),
+    ("""      const int revs = kblocks / kStages;
+      for (int u = 0; u < my_units; ++u)
+        for (int r = 0; r < revs; ++r)
+#pragma unroll
+          for (int i = 0; i < kStages; ++i) {
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+          }
+""", """      for (int u = 0; u < my_units; ++u) {
+        const int revs = (u < my_whole ? kb_all : kb_part) / kStages;
+        for (int r = 0; r < revs; ++r)
+#pragma unroll
+          for (int i = 0; i < kStages; ++i) {
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+          }
+      }
+"""),
+    ("        if (++kb == kblocks) {\n          kb = 0;\n          epilogue();\n",
+     "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue();\n"),
+    ("        if (++kb == kblocks) {\n          kb = 0;\n          epilogue_due = true;\n",
+     "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue_due = true;\n"),
+    ("using EncodeTiled = CUresult (*)", """// The tail's reduction: the same sums over the tiles [first, tiles) alone (whole tiles are stored
+// by the GEMM itself); BNG = a unit's columns (CLUSTER * BN).
+template <int BM, int BNG>
+__global__ void __launch_bounds__(256) splitk_reduce_tiles_kernel(const float* __restrict__ ws,
+                                                                  const float* __restrict__ bias,
+                                                                  __nv_bfloat16* __restrict__ d, int64_t ldd, int M,
+                                                                  int N, int splits, int first, int tiles, int num_m,
+                                                                  int num_groups) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  constexpr int kQuads = BM * BNG / 4;
+  const int64_t slice = static_cast<int64_t>(M) * N, quads = static_cast<int64_t>(tiles - first) * kQuads;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int m_blk, n_grp;
+    unit_coords(first + static_cast<int>(q / kQuads), num_m, num_groups, m_blk, n_grp);
+    const int e_in = static_cast<int>(q % kQuads) * 4;
+    const int m = m_blk * BM + e_in / BNG, n = n_grp * BNG + e_in % BNG;
+    if (m >= M || n >= N) continue;
+    const int64_t e = static_cast<int64_t>(m) * N + n;
+    float4 acc = bias ? *reinterpret_cast<const float4*>(bias + n) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 sum = *reinterpret_cast<const float4*>(ws + e);
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = *reinterpret_cast<const float4*>(ws + s * slice + e);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(d + static_cast<int64_t>(m) * ldd + n);
+    out[0] = __floats2bfloat162_rn(sum.x + acc.x, sum.y + acc.y);
+    out[1] = __floats2bfloat162_rn(sum.z + acc.z, sum.w + acc.w);
+  }
+}
+
+using EncodeTiled = CUresult (*)"""),
+    ("""  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
+  const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
+""", """  // the kernel's split of units (whole tiles, then the tail's K slices), from the same grid
+  const int num_m = (p.M + BM - 1) / BM, num_groups = (num_n + CLUSTER - 1) / CLUSTER;
+  const int tiles = num_m * num_groups, clusters_max = max_ctas / CLUSTER;
+  const int whole = p.splits == 1 ? tiles : tiles >= clusters_max ? tiles - tiles % clusters_max : 0;
+  const int units = whole + (tiles - whole) * p.splits;
+  const int grid = (units < clusters_max ? units : clusters_max) * CLUSTER;
+"""),
+    ("""  if (p.splits > 1) {
+    const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
+""", """  if (p.splits > 1 && whole > 0 && whole < tiles) {
+    const int64_t quads = static_cast<int64_t>(tiles - whole) * BM * BN * CLUSTER / 4;
+    const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(num_sms) * 8));
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    const cudaLaunchConfig_t rcfg = launch_with(blocks, 256, 0, stream, pdl);
+    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_tiles_kernel<BM, BN * CLUSTER>, static_cast<const float*>(p.ws),
+                           static_cast<const float*>(p.bias), p.d, p.ldd, p.M, p.N, p.splits, whole, tiles, num_m,
+                           num_groups) != cudaSuccess)
+      return "cudaLaunchKernelEx (split-K tail reduction) failed";
+  } else if (p.splits > 1 && whole == 0) {
+    const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
+"""),
+]
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -305,6 +437,7 @@ REPLACEMENTS = {
     "nostorewait": [(_BOX_WAIT, "")],
     "stgepi": STGEPI,
     "samc": SAMC,
+    "tailsplit": TAILSPLIT,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
