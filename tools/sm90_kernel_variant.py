@@ -46,7 +46,7 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              (no staging, no TMA store, no store waits; 16-byte row pieces a warp instruction)
   tailsplit  split-K for the last, ragged wave only: with splits S > 1 and at least a wave of tiles,
              the tiles of whole waves run whole and only the tiles past them run as S K slices
-             (fp32 partials, then a reduction over those tiles alone), so the last wave's tiles
+             (fp32 partials, then the reduction over those tiles alone), so the last wave's tiles
              take 1/S of the time; with fewer tiles than a wave it is the kernel's split-K as is.
              Time it as lib:NAME@BMxBNxCL/S (tools/gemm_protocols.py)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
@@ -358,41 +358,25 @@ TAILSPLIT = [
      "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue();\n"),
     ("        if (++kb == kblocks) {\n          kb = 0;\n          epilogue_due = true;\n",
      "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue_due = true;\n"),
-    ("using EncodeTiled = CUresult (*)", """// The tail's reduction: the same sums over the tiles [first, tiles) alone (whole tiles are stored
-// by the GEMM itself); BNG = a unit's columns (CLUSTER * BN).
-template <int BM, int BNG>
-__global__ void __launch_bounds__(256) splitk_reduce_tiles_kernel(const float* __restrict__ ws,
-                                                                  const float* __restrict__ bias,
-                                                                  __nv_bfloat16* __restrict__ d, int64_t ldd, int M,
-                                                                  int N, int splits, int first, int tiles, int num_m,
-                                                                  int num_groups) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  constexpr int kQuads = BM * BNG / 4;
-  const int64_t slice = static_cast<int64_t>(M) * N, quads = static_cast<int64_t>(tiles - first) * kQuads;
-  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
-       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int m_blk, n_grp;
+    ("__global__ void __launch_bounds__(256) splitk_reduce_kernel(",
+     "// Here over the split tiles [first, tiles) alone (the GEMM stores the whole ones); BNG: a unit's\n"
+     "// columns (CLUSTER * BN).\n"
+     "template <int BM, int BNG>\n"
+     "__global__ void __launch_bounds__(256) splitk_reduce_kernel("),
+    ("                                                            int splits) {\n",
+     "                                                            int splits, int first, int tiles, int num_m,\n"
+     "                                                            int num_groups) {\n"),
+    ("  const int64_t quads = static_cast<int64_t>(M) * N / 4, slice = static_cast<int64_t>(M) * N;\n",
+     "  constexpr int kQuads = BM * BNG / 4;\n"
+     "  const int64_t quads = static_cast<int64_t>(tiles - first) * kQuads, slice = static_cast<int64_t>(M) * N;\n"),
+    ("    const int64_t e = q * 4;\n    const int m = static_cast<int>(e / N), n = static_cast<int>(e % N);\n",
+     """    int m_blk, n_grp;
     unit_coords(first + static_cast<int>(q / kQuads), num_m, num_groups, m_blk, n_grp);
     const int e_in = static_cast<int>(q % kQuads) * 4;
     const int m = m_blk * BM + e_in / BNG, n = n_grp * BNG + e_in % BNG;
     if (m >= M || n >= N) continue;
     const int64_t e = static_cast<int64_t>(m) * N + n;
-    float4 acc = bias ? *reinterpret_cast<const float4*>(bias + n) : make_float4(0.f, 0.f, 0.f, 0.f);
-    float4 sum = *reinterpret_cast<const float4*>(ws + e);
-    for (int s = 1; s < splits; ++s) {
-      const float4 v = *reinterpret_cast<const float4*>(ws + s * slice + e);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(d + static_cast<int64_t>(m) * ldd + n);
-    out[0] = __floats2bfloat162_rn(sum.x + acc.x, sum.y + acc.y);
-    out[1] = __floats2bfloat162_rn(sum.z + acc.z, sum.w + acc.w);
-  }
-}
-
-using EncodeTiled = CUresult (*)"""),
+"""),
     ("""  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
   const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
 """, """  // the kernel's split of units (whole tiles, then the tail's K slices), from the same grid
@@ -404,19 +388,14 @@ using EncodeTiled = CUresult (*)"""),
 """),
     ("""  if (p.splits > 1) {
     const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
-""", """  if (p.splits > 1 && whole > 0 && whole < tiles) {
+""", """  if (p.splits > 1 && whole < tiles) {
     const int64_t quads = static_cast<int64_t>(tiles - whole) * BM * BN * CLUSTER / 4;
-    const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(num_sms) * 8));
-    cudaLaunchAttribute pdl;
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    const cudaLaunchConfig_t rcfg = launch_with(blocks, 256, 0, stream, pdl);
-    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_tiles_kernel<BM, BN * CLUSTER>, static_cast<const float*>(p.ws),
+"""),
+    ("""    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel, static_cast<const float*>(p.ws), static_cast<const float*>(p.bias),
+                           p.d, p.ldd, p.M, p.N, p.splits) != cudaSuccess)
+""", """    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel<BM, BN * CLUSTER>, static_cast<const float*>(p.ws),
                            static_cast<const float*>(p.bias), p.d, p.ldd, p.M, p.N, p.splits, whole, tiles, num_m,
                            num_groups) != cudaSuccess)
-      return "cudaLaunchKernelEx (split-K tail reduction) failed";
-  } else if (p.splits > 1 && whole == 0) {
-    const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
 """),
 ]
 
