@@ -19,11 +19,12 @@ are skipped) and gets the same bias as ours.
 
 Backends: ``cuda`` / ``triton`` (``fp8_gemm_nt`` with that backend), ``cuda@256x128x2`` (one SM90
 instantiation of the built extension, forced; ``cuda@128x128x1/4`` with 4 K slices),
-``lib:NAME@256x128x2`` (that instantiation of a kernel variant built as a plain library by
-``LIB=1 tools/sm90_build_standalone.sh`` and named with ``--lib NAME=PATH``, called through
-ctypes; ``lib:NAME@192x128x1/2`` with 2 K slices, its workspace allocated outside the timing). Every backend's output is checked against the reference (``rel_err``). Each row also
-records the tile config and K slices the host picks for ``cuda`` (``cuda_config``,
-``BMxBNxCL/S``; printed in brackets).
+``lib:NAME@256x128x2`` (that instantiation of a kernel variant built as a plain library by ``LIB=1
+tools/sm90_build_standalone.sh`` and named with ``--lib NAME=PATH``, called through ctypes;
+``lib:NAME@192x128x1/2`` with 2 K slices, its workspace allocated outside the timing). Every
+backend's output is checked against the reference (``rel_err``). Each row also records the tile
+config and K slices the host picks for ``cuda`` (``cuda_config``, ``BMxBNxCL/S``; printed in
+brackets).
 """
 import ctypes
 import argparse
