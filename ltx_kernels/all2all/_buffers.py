@@ -11,7 +11,7 @@ import torch
 from .. import _ext
 from .._dispatch import BackendUnavailable, log
 from . import _ops
-from ._common import MAX_WORLD, All2AllTimeout, dist
+from ._common import MAX_WORLD, All2AllTimeout, disagreement, dist
 
 _PHASES = {1: "entry handshake: it never became ready to receive", 2: "its data never arrived"}
 _MISMATCH = 3  # the kernel's kPhaseMismatch
@@ -125,8 +125,7 @@ class CudaIpcBackend:
         code, peer, phase, epoch = self._ext.host_error_read(self._host_err)
         if code:
             if phase == _MISMATCH:
-                what = (f"peer rank {peer} ran another op, shape or token counts (set_rank_tokens) as op #{epoch} "
-                        f"of this instance: every rank must issue the same ops with the same counts")
+                what = f"{disagreement(peer)} (op #{epoch} of this instance)"
             else:
                 what = (f"peer rank {peer} did not arrive within {self.timeout_seconds:g}s "
                         f"({_PHASES.get(phase, phase)}; op #{epoch} of this instance)")

@@ -16,6 +16,13 @@ class All2AllTimeout(TimeoutError):
         self.peer = peer
 
 
+def disagreement(peer: int) -> str:
+    """Why an op failed when a peer's op, shape or token counts differ from this rank's (both
+    backends raise All2AllTimeout with it)."""
+    return (f"peer rank {peer} ran another op, shape or token counts (set_rank_tokens): every rank must "
+            f"issue the same ops with the same counts")
+
+
 def dist():
     import torch.distributed as dist
 

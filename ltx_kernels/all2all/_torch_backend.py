@@ -16,7 +16,7 @@ import functools
 import torch
 
 from . import _ops
-from ._common import All2AllTimeout, dist
+from ._common import All2AllTimeout, disagreement, dist
 
 
 def _prefix(counts):
@@ -110,7 +110,6 @@ class TorchBackend:
         bad = [s for s, t in enumerate(theirs) if int(t) != signature]
         if bad:
             self.broken = All2AllTimeout(
-                f"All2All rank {self.rank}: peer rank {bad[0]} ran another op, shape or token counts "
-                f"(set_rank_tokens): every rank must issue the same ops with the same counts; destroy this "
-                f"instance and build a new one", bad[0])
+                f"All2All rank {self.rank}: {disagreement(bad[0])}; destroy this instance and build a new one",
+                bad[0])
             raise self.broken
