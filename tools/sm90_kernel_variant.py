@@ -42,13 +42,6 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              just before it (256x128: 3 such waits a tile, all while stage 0 is held)
   nostorewait  timing only, may write wrong results: no wait for the TMA to have read a staging
              box before it is rewritten (what the epilogue's store waits cost at most)
-  stgepi     the epilogue stores each thread's bf16 pairs straight from registers to global memory
-             (no staging, no TMA store, no store waits; 16-byte row pieces a warp instruction)
-  tailsplit  split-K for the last, ragged wave only: with splits S > 1 and at least a wave of tiles,
-             the tiles of whole waves run whole and only the tiles past them run as S K slices
-             (fp32 partials, then the reduction over those tiles alone), so the last wave's tiles
-             take 1/S of the time; with fewer tiles than a wave it is the kernel's split-K as is.
-             Time it as lib:NAME@BMxBNxCL/S (tools/gemm_protocols.py)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
              share the rows), instead of each CTA loading the same 1 KB
 """
@@ -234,54 +227,6 @@ HALFBOX = [
 ]
 
 
-# the epilogue's loop over a wave's staging boxes, whole (the pieces above are its lines)
-_BOX_LOOP_WHOLE = (_BOX_LOOP + _BOX_WAIT + """          named_barrier_sync(1 + c, 128);  // bias written; box free
-#pragma unroll
-""" + _BOX_CHUNKS + """            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = row_in_wave + 8 * h;
-              const __nv_bfloat162 v =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-""" + _BOX_WRITE + """            }
-          }
-          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
-          named_barrier_sync(1 + c, 128);
-          const int wave_row = row0 + w * 64;
-          if (t == 0) {
-""" + _BOX_STORE + """            bulk_commit();
-          }
-        }
-""")
-STGEPI = [
-    ("#pragma unroll\n      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n" + _BOX_LOOP_WHOLE, """      named_barrier_sync(1 + c, 128);  // bias written
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {
-        const int r0 = row0 + w * 64 + row_in_wave;
-        __nv_bfloat16* dst = p.d + static_cast<int64_t>(r0) * p.ldd + n0 + 2 * (lane % 4);
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (r0 + 8 * h < p.M && n0 + 8 * j < p.N)
-              *reinterpret_cast<__nv_bfloat162*>(dst + 8 * h * p.ldd + 8 * j) =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-        }
-"""),
-    ("""        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      }
-    };
-
-""", """        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      }
-      named_barrier_sync(1 + c, 128);  // bias read: the next epilogue rewrites it
-    };
-
-"""),
-]
-
-
 SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
          """          if constexpr (CLUSTER > 1) {
             if (rank == 0)
@@ -414,7 +359,6 @@ REPLACEMENTS = {
     "epiwait": EPIWAIT,
     "halfbox": HALFBOX,
     "nostorewait": [(_BOX_WAIT, "")],
-    "stgepi": STGEPI,
     "samc": SAMC,
     "tailsplit": TAILSPLIT,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
