@@ -7,14 +7,15 @@ bit, then a rank that never arrives, then proof that the CUDA context and a fres
 
 ``cuda`` hosts all W ranks in this process on one GPU (``All2All.local_ranks``, one stream each);
 with ``--processes`` every rank is a process of its own on GPU ``rank % visible GPUs`` (real CUDA
-IPC: across GPUs where there are W of them, as ltx-core runs it; otherwise several processes share
-a GPU, time-sliced without MPS: slow, a proof of the IPC path, not a speed). ``torch`` runs W gloo processes on the CPU (the same checks; slow, for a quick run). Every round
-draws new per-rank token counts (zeros included) and new data, runs ``send_recv_heads`` and
-``gather_heads`` and compares both outputs of every rank with an oracle built from slices of the
-inputs (``torch.equal`` on the bytes). Then rank W-1 withholds its call: the others must raise
-``All2AllTimeout`` naming it; afterwards a plain device op and a fresh group (``--after-rounds``
-rounds) must still work. Writes a JSON summary (rounds, bytes moved, failures, timing, device,
-versions, date) to ``--json``; exits 1 when anything failed.
+IPC: across GPUs where there are W of them, as ltx-core runs it; otherwise several processes share a
+GPU, time-sliced without MPS: slow, a proof of the IPC path, not a speed). ``torch`` runs W gloo
+processes on the CPU (the same checks; slow, for a quick run). Every round draws new per-rank token
+counts (zeros included) and new data, runs ``send_recv_heads`` and ``gather_heads`` and compares
+both outputs of every rank with an oracle built from slices of the inputs (``torch.equal`` on the
+bytes). Then rank W-1 withholds its call: the others must raise ``All2AllTimeout`` naming it;
+afterwards a plain device op and a fresh group (``--after-rounds`` rounds) must still work. Writes a
+JSON summary (rounds, bytes moved, failures, timing, device, versions, date) to ``--json``; exits 1
+when anything failed.
 """
 from __future__ import annotations
 
