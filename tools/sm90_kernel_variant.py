@@ -36,10 +36,6 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              for its wgmma and releases stage 0 before the previous tile's epilogue, instead of
              running the epilogue under that wgmma and releasing after it (stage 0 refilled sooner;
              the epilogue no longer hidden under the consumer's own wgmma)
-  halfbox    configs with room for one 64x64 epilogue box a consumer (256x128, 128x128, 128x192,
-             128x64): the box's 8 KB as two 64-row x 32-column halves (64-byte swizzle), one written
-             while the TMA still reads the other, instead of every box waiting for the store issued
-             just before it (256x128: 3 such waits a tile, all while stage 0 is held)
   nostorewait  timing only, may write wrong results: no wait for the TMA to have read a staging
              box before it is rewritten (what the epilogue's store waits cost at most)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
@@ -182,49 +178,7 @@ EPIWAIT = [(_EPILOGUE_RING,
             + _INDENT.sub("  ", _WAIT_RELEASE) + "          }\n")]
 
 
-_BOX_LOOP = """        for (int bx = 0; bx < BN / 64; ++bx) {
-          uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
-"""
 _BOX_WAIT = "          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
-_BOX_CHUNKS = """          for (int jj = 0; jj < 8; ++jj) {
-            const int j = bx * 8 + jj;  // 8-column chunk of the wave
-"""
-_BOX_WRITE = ("              *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4)"
-              " = v;\n")
-_BOX_STORE = ("            if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);"
-              "\n")
-HALFBOX = [
-    ("""  static constexpr int kStagingBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
-                                       : fit(2) == kStages            ? 2
-                                                                      : 1;
-""", """  static constexpr int kFullBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
-                                    : fit(2) == kStages            ? 2
-                                                                   : 1;
-  // one 64 x 64 box a consumer: two 64 x 32 halves instead (64-byte swizzle), one written while
-  // the TMA reads the other
-  static constexpr int kBoxCols = kFullBoxes >= 2 ? 64 : 32;
-  static constexpr int kStagingBoxes = kFullBoxes >= 2 ? kFullBoxes : 2;
-"""),
-    ("    uint8_t staging[kConsumers][kStagingBoxes][kBoxBytes];\n",
-     "    uint8_t staging[kConsumers][kStagingBoxes][64 * kBoxCols * 2];\n"),
-    (_BOX_LOOP, """        for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {
-          uint8_t* box = s.staging[c][(w * (BN / Cfg::kBoxCols) + bx) % Cfg::kStagingBoxes];
-"""),
-    (_BOX_CHUNKS, """          for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
-            const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
-"""),
-    (_BOX_WRITE, """              // the swizzle XORs a row's chunk index with address bits 7 and up: r % 8 for 128-byte
-              // rows, r / 2 % 4 for 64-byte ones (the 8 rows a warp writes at once: 32 distinct banks)
-              const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
-              *reinterpret_cast<__nv_bfloat162*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) = v;
-"""),
-    (_BOX_STORE, ("            if (wave_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)\n"
-                  "              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);\n")),
-    ("p.d, p.M, p.N, p.ldd * 2, 64, 64)) return e;",
-     "p.d, p.M, p.N, p.ldd * 2, Config<BM, BN, CLUSTER>::kBoxCols, 64,\n"
-     "                               Config<BM, BN, CLUSTER>::kBoxCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B\n"
-     "                                                                       : CU_TENSOR_MAP_SWIZZLE_64B)) return e;"),
-]
 
 
 SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
@@ -357,7 +311,6 @@ REPLACEMENTS = {
     "gm16": GM16,
     "txlast": TXLAST,
     "epiwait": EPIWAIT,
-    "halfbox": HALFBOX,
     "nostorewait": [(_BOX_WAIT, "")],
     "samc": SAMC,
     "tailsplit": TAILSPLIT,

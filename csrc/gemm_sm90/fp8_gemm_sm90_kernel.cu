@@ -48,10 +48,13 @@ struct Config {
   static constexpr int kRowsPerConsumer = BM / kConsumers;
   static constexpr int kWaves = kRowsPerConsumer / 64;  // 64-row waves per consumer warpgroup
   static constexpr int kStageBytes = (BM + BN) * BK + BM * 4;  // A and B tiles, A's scales
-  // The epilogue stages its output in 64 x 64 bf16 boxes (8 KB, one TMA store each), reusing a
-  // box once the TMA has read it. Each consumer gets as many boxes as fit without costing a
+  // The epilogue stages its output in 8 KB of bf16 per box (one TMA store each), reusing a box
+  // once the TMA has read it. Each consumer gets as many 64 x 64 boxes as fit without costing a
   // pipeline stage; the stores run under the next tile's first wave anyway. (Against whole-wave
-  // staging, which cost 128x128 / 256x128 / 128x192 one stage each, this measured neutral.)
+  // staging, which cost 128x128 / 256x128 / 128x192 one stage each, this measured neutral.) Where
+  // that is one box (256x128, 128x128, 128x192, 128x64), its 8 KB are two 64 x 32 boxes with the
+  // 64-byte swizzle instead: one is written while the TMA still reads the other, where a single box
+  // made each store wait for the one just issued.
   static constexpr int kBoxBytes = 64 * 64 * 2;
   static constexpr int kBoxesPerTile = kWaves * BN / 64;  // per consumer
   static constexpr int kFixedBytes = kConsumers * BN * 4 + 2048;  // bias copies, barriers, B scales
@@ -60,13 +63,15 @@ struct Config {
     return n < 6 ? n : 6;
   }
   static constexpr int kStages = fit(1);
-  static constexpr int kStagingBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
-                                       : fit(2) == kStages            ? 2
-                                                                      : 1;
+  static constexpr int kFullBoxes = fit(kBoxesPerTile) == kStages ? kBoxesPerTile
+                                    : fit(2) == kStages            ? 2
+                                                                   : 1;
+  static constexpr int kBoxCols = kFullBoxes >= 2 ? 64 : 32;  // a staging box's columns
+  static constexpr int kStagingBoxes = kFullBoxes >= 2 ? kFullBoxes : 2;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
-    uint8_t staging[kConsumers][kStagingBoxes][kBoxBytes];
+    uint8_t staging[kConsumers][kStagingBoxes][64 * kBoxCols * 2];
     float sa[kStages][BM];  // the tile rows' 1x128 scales of each stage's K block
     // the stage's B-scale box: 4 K blocks of the tile's first (and, BN = 192, second) 128-column
     // block, the row's 16-byte aligned run holding the stage's K block
@@ -454,11 +459,11 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       }
     };
     // Epilogue of the tile, per wave: bias and one bf16 rounding into a staging buffer laid out as
-    // the TMA store's 64-column boxes with 128-byte swizzle (16-byte chunk ch of row r at
-    // ch ^ (r % 8): the 8 rows a warp writes at once hit distinct banks), then one thread stores
-    // the boxes with TMA. The store runs asynchronously while the consumers go on; a buffer is
-    // rewritten only after the TMA has read it. TMA clips rows past M and columns past N. Then
-    // the next tile begins with a zero total.
+    // the TMA store's boxes (64 columns with the 128-byte swizzle, or 32 with the 64-byte one: the
+    // swizzle XORs a row's 16-byte chunk index with its address bits 7 and up, so the 8 rows a warp
+    // writes at once hit distinct banks), then one thread stores the boxes with TMA. The store runs
+    // asynchronously while the consumers go on; a buffer is rewritten only after the TMA has read
+    // it. TMA clips rows past M and columns past N. Then the next tile begins with a zero total.
     auto epilogue = [&] {
       // fp32 partial straight from the registers, one 4-byte store a value: a 64-bit store of two
       // would tie each pair of totals to an aligned register pair, and the allocator then leaves
@@ -488,27 +493,29 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
-        for (int bx = 0; bx < BN / 64; ++bx) {
-          uint8_t* box = s.staging[c][(w * (BN / 64) + bx) % Cfg::kStagingBoxes];
+        for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {
+          uint8_t* box = s.staging[c][(w * (BN / Cfg::kBoxCols) + bx) % Cfg::kStagingBoxes];
           if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
           named_barrier_sync(1 + c, 128);  // bias written; box free
 #pragma unroll
-          for (int jj = 0; jj < 8; ++jj) {
-            const int j = bx * 8 + jj;  // 8-column chunk of the wave
+          for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
+            const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
             const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = row_in_wave + 8 * h;
               const __nv_bfloat162 v =
                   __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) = v;
+              const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
+              *reinterpret_cast<__nv_bfloat162*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) = v;
             }
           }
           fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
           named_barrier_sync(1 + c, 128);
           const int wave_row = row0 + w * 64;
           if (t == 0) {
-            if (wave_row < p.M && n0 + bx * 64 < p.N) tma_store_2d(&tma_d, box, n0 + bx * 64, wave_row);
+            if (wave_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);
             bulk_commit();
           }
         }
@@ -782,7 +789,9 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   CUtensorMap ma, mb, md, msa, msb;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
-  if (const char* e = make_map(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, p.M, p.N, p.ldd * 2, 64, 64)) return e;
+  if (const char* e = make_map(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, p.M, p.N, p.ldd * 2, Config<BM, BN, CLUSTER>::kBoxCols, 64,
+                               Config<BM, BN, CLUSTER>::kBoxCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                                       : CU_TENSOR_MAP_SWIZZLE_64B)) return e;
   // A's scales as a [K/128, M] row-major matrix (M-major), one BM-wide box per stage
   if (const char* e = make_map(&msa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sa, p.K / BK, p.M, p.sa_sk * 4, BM, 1,
                                CU_TENSOR_MAP_SWIZZLE_NONE))
