@@ -192,112 +192,6 @@ SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM
 """)]
 
 
-# split-K for the tail: units [0, whole) are whole tiles, the rest K slices of the tiles past them
-TAILSPLIT = [
-    ("""  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, num_units = num_m * num_groups * p.splits;
-  const int kblocks = p.K / BK / p.splits, nblocks128 = p.N / 128;  // K blocks per work unit
-""", """  const int num_groups = (num_n + CLUSTER - 1) / CLUSTER, tiles = num_m * num_groups;
-  // Split-K covers the tiles past the last whole wave: units [0, whole) are tiles [0, whole), whole
-  // K each; unit whole + i is K slice i % splits of tile whole + i / splits. With fewer tiles than
-  // clusters, whole = 0: every tile is split (the host's split-K for small M).
-  const int whole = p.splits > 1 ? tiles - tiles % num_clusters : tiles;
-  const int num_units = whole + (tiles - whole) * p.splits;
-  const int kb_all = p.K / BK, kb_part = kb_all / p.splits, nblocks128 = p.N / 128;
-  auto tile_of = [&](int u) { return u < whole ? u : whole + (u - whole) / p.splits; };
-  auto kb_first = [&](int u) { return u < whole ? 0 : (u - whole) % p.splits * kb_part; };
-  auto kb_count = [&](int u) { return u < whole ? kb_all : kb_part; };
-"""),
-    ("""        unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
-        const int kb0 = unit % p.splits * kblocks;  // the unit's first K block
-""", """        unit_coords(tile_of(unit), num_m, num_groups, m_blk, n_grp);
-        const int kb0 = kb_first(unit), kb_end = kb0 + kb_count(unit);  // the unit's K blocks
-"""),
-    ("        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {\n", "        for (int kb = kb0; kb < kb_end; ++kb) {\n"),
-    ("    int acq_unit = cluster_id, acq_kb = cluster_id % p.splits * kblocks, acq_kb_end = acq_kb + kblocks;\n",
-     "    int acq_unit = cluster_id, acq_kb = kb_first(cluster_id), acq_kb_end = acq_kb + kb_count(cluster_id);\n"),
-    ("""        acq_kb = acq_unit % p.splits * kblocks;
-        acq_kb_end = acq_kb + kblocks;
-""", """        acq_kb = kb_first(acq_unit);
-        acq_kb_end = acq_kb + kb_count(acq_unit);
-"""),
-    ("    float* partial = nullptr;  // split-K: this unit's slice of the workspace\n",
-     "    float* partial = nullptr;  // split-K: this unit's slice of the workspace\n"
-     "    int tile_kb = kb_all;      // the unit's K blocks\n"),
-    ("      unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);\n      row0 =",
-     "      unit_coords(tile_of(unit), num_m, num_groups, m_blk, n_grp);\n      row0 ="),
-    ("p.bias && p.splits == 1 && t + 128 * i < BN", "p.bias && unit < whole && t + 128 * i < BN"),
-    ("      if (p.splits > 1) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;\n",
-     "      partial = unit < whole ? nullptr : p.ws + static_cast<int64_t>((unit - whole) % p.splits) * p.M * p.N;\n"
-     "      tile_kb = kb_count(unit);\n"),
-    ("      if (p.splits > 1) {\n#pragma unroll\n        for (int w = 0; w < kWaves; ++w) {\n",
-     "      if (partial) {\n#pragma unroll\n        for (int w = 0; w < kWaves; ++w) {\n"),
-    ("    const int stream = my_units * kblocks;\n",
-     "    // whole is a multiple of num_clusters when split: every CTA has whole / num_clusters whole units\n"
-     "    const int my_whole = cluster_id < whole ? (whole - 1 - cluster_id) / num_clusters + 1 : 0;\n"
-     "    const int stream = my_whole * kb_all + (my_units - my_whole) * kb_part;\n"),
-    ("""      const int revs = kblocks / kStages;
-      for (int u = 0; u < my_units; ++u)
-        for (int r = 0; r < revs; ++r)
-#pragma unroll
-          for (int i = 0; i < kStages; ++i) {
-            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
-          }
-""", """      for (int u = 0; u < my_units; ++u) {
-        const int revs = (u < my_whole ? kb_all : kb_part) / kStages;
-        for (int r = 0; r < revs; ++r)
-#pragma unroll
-          for (int i = 0; i < kStages; ++i) {
-            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
-          }
-      }
-"""),
-    ("        if (++kb == kblocks) {\n          kb = 0;\n          epilogue();\n",
-     "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue();\n"),
-    ("        if (++kb == kblocks) {\n          kb = 0;\n          epilogue_due = true;\n",
-     "        if (++kb == tile_kb) {\n          kb = 0;\n          epilogue_due = true;\n"),
-    ("__global__ void __launch_bounds__(256) splitk_reduce_kernel(",
-     "// Here over the split tiles [first, tiles) alone (the GEMM stores the whole ones); BNG: a unit's\n"
-     "// columns (CLUSTER * BN).\n"
-     "template <int BM, int BNG>\n"
-     "__global__ void __launch_bounds__(256) splitk_reduce_kernel("),
-    ("                                                            int splits) {\n",
-     "                                                            int splits, int first, int tiles, int num_m,\n"
-     "                                                            int num_groups) {\n"),
-    ("  const int64_t quads = static_cast<int64_t>(M) * N / 4, slice = static_cast<int64_t>(M) * N;\n",
-     "  constexpr int kQuads = BM * BNG / 4;\n"
-     "  const int64_t quads = static_cast<int64_t>(tiles - first) * kQuads, slice = static_cast<int64_t>(M) * N;\n"),
-    ("    const int64_t e = q * 4;\n    const int m = static_cast<int>(e / N), n = static_cast<int>(e % N);\n",
-     """    int m_blk, n_grp;
-    unit_coords(first + static_cast<int>(q / kQuads), num_m, num_groups, m_blk, n_grp);
-    const int e_in = static_cast<int>(q % kQuads) * 4;
-    const int m = m_blk * BM + e_in / BNG, n = n_grp * BNG + e_in % BNG;
-    if (m >= M || n >= N) continue;
-    const int64_t e = static_cast<int64_t>(m) * N + n;
-"""),
-    ("""  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
-  const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
-""", """  // the kernel's split of units (whole tiles, then the tail's K slices), from the same grid
-  const int num_m = (p.M + BM - 1) / BM, num_groups = (num_n + CLUSTER - 1) / CLUSTER;
-  const int tiles = num_m * num_groups, clusters_max = max_ctas / CLUSTER;
-  const int whole = p.splits == 1 ? tiles : tiles >= clusters_max ? tiles - tiles % clusters_max : 0;
-  const int units = whole + (tiles - whole) * p.splits;
-  const int grid = (units < clusters_max ? units : clusters_max) * CLUSTER;
-"""),
-    ("""  if (p.splits > 1) {
-    const int64_t quads = static_cast<int64_t>(p.M) * p.N / 4;
-""", """  if (p.splits > 1 && whole < tiles) {
-    const int64_t quads = static_cast<int64_t>(tiles - whole) * BM * BN * CLUSTER / 4;
-"""),
-    ("""    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel, static_cast<const float*>(p.ws), static_cast<const float*>(p.bias),
-                           p.d, p.ldd, p.M, p.N, p.splits) != cudaSuccess)
-""", """    if (cudaLaunchKernelEx(&rcfg, splitk_reduce_kernel<BM, BN * CLUSTER>, static_cast<const float*>(p.ws),
-                           static_cast<const float*>(p.bias), p.d, p.ldd, p.M, p.N, p.splits, whole, tiles, num_m,
-                           num_groups) != cudaSuccess)
-"""),
-]
-
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -313,7 +207,6 @@ REPLACEMENTS = {
     "epiwait": EPIWAIT,
     "nostorewait": [(_BOX_WAIT, "")],
     "samc": SAMC,
-    "tailsplit": TAILSPLIT,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
