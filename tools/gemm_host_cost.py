@@ -1,0 +1,103 @@
+"""Where a GEMM call's time goes at small M: host cost against kernel time, per backend.
+
+For each shape and backend, three numbers (microseconds per call):
+  host    Python + launch cost: calls enqueued behind a long GPU sleep, so none waits for the GPU;
+  kernel  CUDA-graph replay of 10 calls back to back (no host in the loop, L2 warm);
+  wall    a loop of eager calls, host and GPU overlapped (what an eager caller sees).
+wall ~ kernel: the call is GPU-bound; wall ~ host: the GPU waits for Python.
+
+    python tools/gemm_host_cost.py [--upstream-path DIR] [--shapes 256x4096x4096,...] [--json OUT]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import ltx_kernels as lk
+from gemm_protocols import upstream_gemm  # tools/ is the script's folder (on sys.path when run as a script)
+
+
+def host_us(fn, n=100):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(40_000_000)  # ~20 ms of GPU work ahead: every call below only enqueues
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    us = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def wall_us(fn, n=400):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def kernel_us(fn, calls=10, reps=30):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()  # plans and workspaces made outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="256x4096x4096,512x4096x4096,1024x4096x4096,2048x4096x4096,4096x4096x4096")
+    ap.add_argument("--upstream-path", help="folder holding LTX-2's built blockwise_cpp (deep_gemm column)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    deep_gemm = upstream_gemm(args.upstream_path)
+    rows = []
+    print(f"{'shape':>16s} {'backend':>17s} {'host us':>8s} {'kernel us':>9s} {'wall us':>8s}")
+    for spec in args.shapes.split(","):
+        m, n, k = (int(v) for v in spec.split("x"))
+        torch.manual_seed(0)
+        qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
+        qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+        bias = torch.randn(n, device="cuda")
+        d, d_dg = (torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        sa_m = sa.t().contiguous().t()
+        fns = {"cuda (out=)": lambda: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend="cuda"),
+               "cuda (new out)": lambda: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, backend="cuda"),
+               "cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)}
+        if deep_gemm is not None:
+            fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), d_dg, bias=bias)
+        for name, fn in fns.items():
+            row = {"shape": spec, "backend": name, "host_us": host_us(fn), "kernel_us": kernel_us(fn),
+                   "wall_us": wall_us(fn)}
+            rows.append(row)
+            print(f"{spec:>16s} {name:>17s} {row['host_us']:8.1f} {row['kernel_us']:9.1f} {row['wall_us']:8.1f}")
+    if args.json:
+        env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        json.dump({"env": env, "rows": rows}, open(args.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
