@@ -10,13 +10,15 @@ wall ~ kernel: the call is GPU-bound; wall ~ host: the GPU waits for Python.
 """
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
 import ltx_kernels as lk
-from gemm_protocols import upstream_gemm  # tools/ is the script's folder (on sys.path when run as a script)
+# tools/ is the script's folder (on sys.path when run as a script)
+from block_accuracy import graph_ms
+from gemm_protocols import upstream_gemm
+from host_overhead import per_call_us as wall_us
 
 
 def host_us(fn, n=100):
@@ -30,40 +32,6 @@ def host_us(fn, n=100):
     us = (time.perf_counter() - t) / n * 1e6
     torch.cuda.synchronize()
     return us
-
-
-def wall_us(fn, n=400):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
-def kernel_us(fn, calls=10, reps=30):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()  # plans and workspaces made outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def main():
@@ -89,8 +57,9 @@ def main():
         if deep_gemm is not None:
             fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), d_dg, bias=bias)
         for name, fn in fns.items():
-            row = {"shape": spec, "backend": name, "host_us": host_us(fn), "kernel_us": kernel_us(fn),
-                   "wall_us": wall_us(fn)}
+            row = {"shape": spec, "backend": name, "host_us": host_us(fn),
+                   "kernel_us": graph_ms(lambda: [fn() for _ in range(10)], iters=30) * 1e3 / 10,
+                   "wall_us": wall_us(fn, 400)}
             rows.append(row)
             print(f"{spec:>16s} {name:>17s} {row['host_us']:8.1f} {row['kernel_us']:9.1f} {row['wall_us']:8.1f}")
     if args.json:
