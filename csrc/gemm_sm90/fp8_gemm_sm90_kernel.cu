@@ -54,9 +54,9 @@ struct Config {
   // staging, which cost 128x128 / 256x128 / 128x192 one stage each, this measured neutral.) Where
   // that one box carries four stores a tile (256x128), its 8 KB are two 64 x 32 boxes with the
   // 64-byte swizzle instead: one is written while the TMA still reads the other, where a single box
-  // made each store wait for the one just issued (up to 2.5 % faster, at most shapes measured).
-  // With one or two stores a tile (128x64, 128x128) the halves only add barriers to an epilogue that
-  // small M leaves exposed (1-2 % slower there), so those keep the whole box.
+  // made each store wait for the one just issued (faster at most shapes measured). With one or
+  // two stores a tile (128x64, 128x128) the halves only add barriers to an epilogue that small M
+  // leaves exposed (1-2 % slower there), so those keep the whole box.
   static constexpr int kBoxBytes = 64 * 64 * 2;
   static constexpr int kBoxesPerTile = kWaves * BN / 64;  // per consumer
   static constexpr int kFixedBytes = kConsumers * BN * 4 + 2048;  // bias copies, barriers, B scales
