@@ -89,6 +89,12 @@ def upstream_gemm(path):
     return blockwise_cpp.fp8_gemm_nt_sm90
 
 
+def tile_spec(spec):
+    """'256x128x2' -> ((256, 128, 2), 1); '128x128x1/4' (4 K slices) -> ((128, 128, 1), 4)."""
+    cfg, _, splits = spec.partition("/")
+    return tuple(int(v) for v in cfg.split("x")), int(splits or 1)
+
+
 def lib_gemm(path):
     """The C entry point of a kernel library built from tools/sm90_lib.cu, as
     call(qa, sa, qb, sb, bias or None, d, (block_m, block_n, cluster), splits=1, ws=None) on the
@@ -153,18 +159,16 @@ def main():
         for be in filter(None, args.backends.split(",")):
             if be.startswith("lib:"):  # lib:NAME@256x128x2, lib:NAME@192x128x1/2 with 2 K slices
                 name, spec = be[4:].split("@")
-                spec, _, splits = spec.partition("/")
-                cfg, splits = tuple(int(v) for v in spec.split("x")), int(splits or 1)
+                cfg, splits = tile_spec(spec)
                 outs[be] = torch.empty_like(d)
                 ws = torch.empty(splits * m * n, device="cuda") if splits > 1 else None
                 fns[be] = lambda cfg=cfg, call=libs[name], out=outs[be], s=splits, ws=ws: call(
                     qa, sa, qb, sb_tma, bias, out, cfg, s, ws)
             elif "@" in be:  # one SM90 instantiation, forced: cuda@256x128x2 (block_m x block_n x cluster),
                 # cuda@128x128x1/4 with 4 K slices
-                spec, _, splits = be.split("@")[1].partition("/")
-                cfg = tuple(int(v) for v in spec.split("x"))
+                cfg, splits = tile_spec(be.split("@")[1])
                 mod = lk._ext.load("_C_gemm_sm90")[0]
-                fns[be] = lambda cfg=cfg, s=int(splits or 1), mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *cfg, s)
+                fns[be] = lambda cfg=cfg, s=splits, mod=mod: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *cfg, s)
             else:
                 fns[be] = lambda be=be: lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=d, backend=be)
         anchors = {"cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16),
