@@ -1,6 +1,7 @@
 """Argument checks shared by the public wrappers: clear ValueError/TypeError messages."""
 from __future__ import annotations
 
+import numbers
 import operator
 
 import torch
@@ -58,10 +59,47 @@ def integer(name: str, value) -> int:
     raise TypeError(f"{name} must be an int, got {type(value).__name__}")
 
 
-def positive_finite(name: str, value) -> float:
-    v = float(value)
-    if not (v > 0 and v < float("inf")):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+def real(name: str, value) -> float:
+    """A real number as a float: a Python or numpy int / float, never a bool, a string or a tensor
+    (the calls' memos key on the value, and reading a device tensor would wait for the GPU)."""
+    if type(value) is float:
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+
+
+def flag(name: str, value) -> bool:
+    """A bool (also numpy's, or the ints 0 and 1); a string or a tensor is refused, not truth-tested."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def eps(value, name: str = "eps") -> float:
+    """A norm's eps: finite and > 0 (with 0, an all-zero row would be 0 / 0)."""
+    e = real(name, value)
+    if not 0.0 < e < float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return e
+
+
+# What a quantizer's scale_max may be. Below 2^-9 (e4m3's smallest step) a block's scale
+# amax / scale_max overflows fp32 for ordinary values; at 2^32 or more scale_max / AMAX_FLOOR does
+# for an all-zero block (0 * inf codes). Above 448 the codes saturate at +-448.
+SCALE_MAX_RANGE = (2.0 ** -9, 2.0 ** 16)
+
+
+def scale_max(value, name: str = "scale_max") -> float:
+    v = real(name, value)
+    lo, hi = SCALE_MAX_RANGE
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be in [2**-9, 2**16] (448 for FP8 codes, 0.1172 for FP6-packable "
+                         f"ones), got {value!r}")
     return v
 
 

@@ -62,7 +62,10 @@ class Op:
             raise ValueError(f"unknown backend {name!r}")
 
         def deco(fn):
-            self.backends[name] = Backend(name, fn, reasons or (lambda *a, **k: []))
+            # the torch backend runs the references, differentiable torch code; the ops record no
+            # autograd history whichever backend runs them
+            run = torch.no_grad()(fn) if name == "torch" else fn
+            self.backends[name] = Backend(name, run, reasons or (lambda *a, **k: []))
             return fn
 
         return deco

@@ -113,7 +113,9 @@ def _(p, n, backend):
 
 
 def fp6_check(x: torch.Tensor) -> None:
-    """Raise FP6RangeError if any value of x cannot be held in FP6 (|v| > 0.1171875 or NaN)."""
+    """Raise FP6RangeError if any value of x cannot be held in FP6 (|v| > 0.1171875 or NaN).
+    x: e4m3 codes, as uint8 or float8_e4m3fn."""
+    chk.tensor("x", x, dtypes=(torch.uint8, torch.float8_e4m3fn))
     bad = ref.fp6_bad_values(x)
     if bool(bad.any()):
         count = int(bad.sum())
@@ -130,6 +132,7 @@ def fp6_pack(x: torch.Tensor, *, check: bool = False, backend: str = "auto") -> 
     Keeps bits 7 and 4..0 of each byte (bits 6-5 must be zero), 4 codes -> 3 bytes MSB-first,
     bit-exact with upstream. ``check=True`` raises FP6RangeError instead of dropping set bits.
     """
+    check = chk.flag("check", check)
     key = tuning.plan_key("fp6_pack", x, backend=backend)
     if not _checked.get(key):
         chk.tensor("x", x, dtypes=(torch.uint8, torch.float8_e4m3fn), min_ndim=1)
@@ -153,6 +156,8 @@ def fp6_unpack(p: torch.Tensor, n: int, *, backend: str = "auto") -> torch.Tenso
         return plan(p, n)
     if not _checked.get(key):
         chk.tensor("p", p, dtypes=(torch.uint8,), min_ndim=1)
+        if n < 0:
+            raise ValueError(f"n (the codes per row) must be >= 0, got {n}")
         chk.multiple_of("n", n, 4)
         if p.shape[-1] != n // 4 * 3:
             raise ValueError(f"p's last dim must be 3*n/4 = {n // 4 * 3} for n={n}, got {p.shape[-1]}")

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from . import _checks as chk
+from ._dispatch import BACKENDS
 from .fp6 import fp6_pack, fp6_unpack
 from .gemm import fp8_gemm_nt
 from .quantize import FP6_SCALE_MAX, FP8_SCALE_MAX, quantize_blockwise, quantize_weights_blockwise
@@ -22,10 +23,14 @@ from .quantize import FP6_SCALE_MAX, FP8_SCALE_MAX, quantize_blockwise, quantize
 FP8 = torch.float8_e4m3fn
 
 
-def _check_features(cls: str, in_features: int, out_features: int) -> None:
+def _check_features(cls: str, in_features, out_features) -> tuple[int, int]:
+    out = []
     for name, v in (("in_features", in_features), ("out_features", out_features)):
-        if not isinstance(v, int) or v <= 0 or v % 128:
-            raise ValueError(f"{cls}: {name} must be a positive multiple of 128 (the quantization block), got {v!r}")
+        n = chk.integer(f"{cls}: {name}", v)
+        if n <= 0 or n % 128:
+            raise ValueError(f"{cls}: {name} must be a positive multiple of 128 (the quantization block), got {n}")
+        out.append(n)
+    return out[0], out[1]
 
 
 def linear_forward(x, weight_fp8, weight_scale, bias, backend="auto"):
@@ -66,7 +71,9 @@ class BlockwiseLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  backend: str = "auto"):
         super().__init__()
-        _check_features(type(self).__name__, in_features, out_features)
+        in_features, out_features = _check_features(type(self).__name__, in_features, out_features)
+        if backend not in ("auto",) + BACKENDS:
+            raise ValueError(f"backend must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
         if bias:
             self.bias = nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device),
@@ -99,7 +106,12 @@ class BlockwiseLinear(nn.Module):
             raise NotImplementedError("BlockwiseLinear is a base class: use BlockwiseFP8Linear or BlockwiseFP6Linear")
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
-        w = linear.weight
+        w = chk.tensor("linear.weight", linear.weight, dtypes=chk.FLOAT_DTYPES, ndim=2)
+        if transform_weights:
+            bad = int((~torch.isfinite(w.detach())).sum())
+            if bad:
+                raise ValueError(f"linear.weight holds {bad} non-finite value(s): their 128x128 blocks would get an "
+                                 f"infinite scale")
         layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
                     device=w.device, backend=backend)
         with torch.no_grad():

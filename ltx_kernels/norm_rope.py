@@ -43,13 +43,6 @@ def _out_dtype(x: torch.Tensor, out_fp8: bool) -> torch.dtype:
     return torch.float8_e4m3fn if out_fp8 else x.dtype
 
 
-def _check_eps(eps) -> float:
-    e = float(eps)
-    if not (0.0 <= e < float("inf")):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    return e
-
-
 def _check_weights(weights, n: int, name="weights"):
     if weights is None:
         return
@@ -74,7 +67,7 @@ def _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps):
             raise ValueError(f"{name} of shape {tuple(f.shape)} does not broadcast to x's shape {tuple(x.shape)}")
     _check_weights(weights, d)
     chk.same_device(x=x, cos_freqs=cos_freqs, sin_freqs=sin_freqs, weights=weights)
-    return _check_eps(eps)
+    return chk.eps(eps)
 
 
 @interleaved_op.register("torch", reasons=lambda x, c, s, w, *a: torch_reasons(x, c, s, w))
@@ -138,13 +131,14 @@ def rms_norm_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *, eps=1
     with ``y = x * rsqrt(mean(x^2) + eps) * weights``. x ``[..., D]``; cos/sin broadcastable to x.
     Returns x's dtype, or float8_e4m3fn saturated to +-448 when ``out_fp8``.
     """
-    key = tuning.plan_key("interleaved", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
+    eps, out_fp8 = chk.real("eps", eps), chk.flag("out_fp8", out_fp8)
+    key = tuning.plan_key("interleaved", x, cos_freqs, sin_freqs, weights, eps, out_fp8, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_interleaved(x, cos_freqs, sin_freqs, weights, eps))
     return _plans.record(key, call, _rms_norm_rope_op, _rms_norm_rope_op_impl, x, cos_freqs, sin_freqs, weights,
-                         bool(out_fp8), eps, backend)
+                         out_fp8, eps, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,15 +155,15 @@ def _validate_split(x, cos_freqs, sin_freqs, weights, eps):
     if nh < 1 or h % nh:
         raise ValueError(f"the head count H={nh} (cos_freqs.shape[1]) must divide x's last dim {h}")
     dh = h // nh
-    if dh % 2:
+    if dh < 2 or dh % 2:
         raise ValueError(f"head dim Dh={dh} (x's last dim {h} / H={nh} from cos_freqs.shape[1]) must be even "
-                         f"for split-half RoPE")
+                         f"and >= 2 for split-half RoPE")
     if half != dh // 2 or tf != t or bf not in (1, b):
         raise ValueError(f"cos_freqs/sin_freqs must be [1 or {b}, {nh}, {t}, {dh // 2}] for x {tuple(x.shape)}, "
                          f"got {tuple(cos_freqs.shape)}")
     _check_weights(weights, h)
     chk.same_device(x=x, cos_freqs=cos_freqs, sin_freqs=sin_freqs, weights=weights)
-    return _check_eps(eps)
+    return chk.eps(eps)
 
 
 @split_op.register("torch", reasons=lambda x, c, s, w, *a: torch_reasons(x, c, s, w))
@@ -230,10 +224,11 @@ def rms_norm_split_rope(x, cos_freqs, sin_freqs, weights=None, out_fp8=False, *,
     ltx-core is read in place). First half j: ``y_j*cos_j - y_{j+Dh/2}*sin_j``; second half:
     ``y_{j+Dh/2}*cos_j + y_j*sin_j``.
     """
-    key = tuning.plan_key("split", x, cos_freqs, sin_freqs, weights, eps, bool(out_fp8), backend=backend)
+    eps, out_fp8 = chk.real("eps", eps), chk.flag("out_fp8", out_fp8)
+    key = tuning.plan_key("split", x, cos_freqs, sin_freqs, weights, eps, out_fp8, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return plan(x, cos_freqs, sin_freqs, weights)
     eps = _checked.get(key) or _checked.put(key, _validate_split(x, cos_freqs, sin_freqs, weights, eps))
     return _plans.record(key, call, _rms_norm_split_rope_op, _rms_norm_split_rope_op_impl, x, cos_freqs, sin_freqs,
-                         weights, bool(out_fp8), eps, backend)
+                         weights, out_fp8, eps, backend)

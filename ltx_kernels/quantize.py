@@ -102,9 +102,8 @@ def _call_quantized(custom_op, impl, x, *args):
 
 
 def _check_eps_scale_max(eps, scale_max) -> None:
-    if not 0 <= float(eps) < float("inf"):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-    chk.positive_finite("scale_max", scale_max)
+    chk.eps(eps)
+    chk.scale_max(scale_max)
 
 
 def _row_reasons(k: int) -> list:
@@ -169,15 +168,15 @@ def quantize_blockwise(x, *, scale_max=FP8_SCALE_MAX, gelu=False, backend="auto"
     GEMM layout (M-major, padded to 4 rows). ``x ~= q * scale``. ``gelu=True`` applies the tanh
     GELU first (the FFN's activation). All-zero blocks give zero codes and a finite scale.
     """
-    key = tuning.plan_key("quantize", x, scale_max, bool(gelu), backend=backend)
+    scale_max, gelu = chk.real("scale_max", scale_max), chk.flag("gelu", gelu)
+    key = tuning.plan_key("quantize", x, scale_max, gelu, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return _with_scales_view(x, plan(x))
     if not _checked.get(key):
         _check_rows("x", x)
-        _checked.put(key, chk.positive_finite("scale_max", scale_max))
-    return _plans.record(key, _call_quantized, _quantize_op, _quantize_op_impl, x, float(scale_max), bool(gelu),
-                         backend)
+        _checked.put(key, chk.scale_max(scale_max))
+    return _plans.record(key, _call_quantized, _quantize_op, _quantize_op_impl, x, scale_max, gelu, backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +226,7 @@ def check_weights(w, scale_max) -> float:
     chk.tensor("w", w, dtypes=chk.FLOAT_DTYPES, ndim=2)
     chk.multiple_of("w.shape[0] (N)", w.shape[0], 128)
     chk.multiple_of("w.shape[1] (K)", w.shape[1], 128)
-    return chk.positive_finite("scale_max", scale_max)
+    return chk.scale_max(scale_max)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,6 +351,7 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
 
     x ``[..., h]``; scale/shift broadcast to x (``[B, 1, h]`` per sample or ``[B, T, h]`` per token).
     """
+    eps, scale_max = chk.real("eps", eps), chk.real("scale_max", scale_max)
     key = tuning.plan_key("adanorm", x, scale, shift, eps, scale_max, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
@@ -363,8 +363,8 @@ def quantize_adanorm(x, scale, shift, *, eps=1e-6, scale_max=FP8_SCALE_MAX, back
         chk.same_device(x=x, scale=scale, shift=shift)
         _check_eps_scale_max(eps, scale_max)
         _checked.put(key)
-    return _plans.record(key, _call_quantized, _adanorm_op, _adanorm_op_impl, x, scale, shift, float(eps),
-                         float(scale_max), backend)
+    return _plans.record(key, _call_quantized, _adanorm_op, _adanorm_op_impl, x, scale, shift, eps, scale_max,
+                         backend)
 
 
 @rms_fma_op.register("torch", reasons=lambda x, y, g, *a: torch_reasons(x, y, g))
@@ -401,7 +401,7 @@ def _rms_fma_op_impl(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: 
 
 def _rms_fma_registered(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, eps: float, scale_max: float,
                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, backend=backend)
+    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, True, backend=backend)  # (always in place)
     return run_planned(_plans, key, (x, y, gate), _rms_fma_op_impl, x, y, gate, eps, scale_max, backend)
 
 
@@ -420,7 +420,11 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     With ``inplace=True`` r is written into x (as upstream does); otherwise x is left alone.
     Returns ``(q, scales, r)``. gate broadcasts to x (``[B, 1, h]`` or ``[B, T, h]``).
     """
-    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, backend=backend)
+    eps, scale_max, inplace = chk.real("eps", eps), chk.real("scale_max", scale_max), chk.flag("inplace", inplace)
+    if inplace and isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
+        raise ValueError("x requires grad: inplace=True would overwrite it outside autograd (these ops record "
+                         "no history); pass inplace=False, or call under torch.no_grad() / inference_mode()")
+    key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, inplace, backend=backend)
     if inplace:  # (a plan writes the residual into the caller's x)
         plan = _plans.get(key)
         if plan is not None:
@@ -434,10 +438,13 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
         _check_modulation("gate", gate, x)
         chk.same_device(x=x, y=y, gate=gate)
         _check_eps_scale_max(eps, scale_max)
+        if inplace and any(st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
+            raise ValueError(f"x is a broadcast view (shape {tuple(x.shape)}, strides {x.stride()}): inplace=True "
+                             f"would write every row's residual into the same memory; pass inplace=False")
         _checked.put(key)
     r = x if inplace else x.clone()
     q, s = _plans.record(key if inplace else None, _call_quantized, _rms_fma_op, _rms_fma_op_impl, r, y, gate,
-                         float(eps), float(scale_max), backend)
+                         eps, scale_max, backend)
     return q, s, r
 
 
@@ -491,7 +498,8 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
     Returns ``(q, scales)`` (blockwise FP8) when ``quantize`` (H*D a multiple of 128), else
     ``(out in x.dtype, None)`` for any H*D.
     """
-    key = tuning.plan_key("gated", x, gate_logits, bool(quantize), scale_max, backend=backend)
+    quantize, scale_max = chk.flag("quantize", quantize), chk.real("scale_max", scale_max)
+    key = tuning.plan_key("gated", x, gate_logits, quantize, scale_max, backend=backend)
     plan = _plans.get(key)
     if plan is not None:
         return _gated_public(x, plan(x, gate_logits), quantize)
@@ -505,9 +513,9 @@ def gated_attention(x, gate_logits, quantize=True, *, scale_max=FP8_SCALE_MAX, b
         if nh < 1 or kk % nh:
             raise ValueError(f"the head count H={nh} (gate_logits.shape[-1]) must divide x's last dim {kk}")
         chk.same_device(x=x, gate_logits=gate_logits)
-        chk.positive_finite("scale_max", scale_max)
+        chk.scale_max(scale_max)
         _checked.put(key)
-    return _plans.record(key, _gated_then_view, x, gate_logits, bool(quantize), float(scale_max), backend)
+    return _plans.record(key, _gated_then_view, x, gate_logits, quantize, scale_max, backend)
 
 
 def _gated_then_view(x, gate_logits, quantize, scale_max, backend):

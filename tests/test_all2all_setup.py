@@ -57,7 +57,7 @@ class FakeExt:
     def free_block(self, ptr, device):
         self.blocks.remove(ptr)
 
-    def host_error_free(self, ptr):
+    def host_error_free(self, ptr, device):
         self.host.remove(ptr)
 
 

@@ -401,3 +401,15 @@ def test_the_tma_scratch_allocator_is_set_in_every_launching_thread():
         t.start()
         t.join()
     assert seen == [True, True]
+
+
+def test_torch_backend_records_no_autograd_history(device):
+    """The references are differentiable torch code; the ops record no history on any backend."""
+    x = torch.randn(2, 256, device=device, requires_grad=True)
+    c = torch.randn(256, device=device)
+    outs = [lk.rms_norm_rope(x, c, c, backend="torch"), *lk.quantize_blockwise(x, backend="torch"),
+            *lk.quantize_weights_blockwise(torch.randn(128, 256, device=device, requires_grad=True), backend="torch"),
+            lk.gated_attention(x, torch.randn(2, 2, device=device), False, backend="torch")[0]]
+    q, s = lk.quantize_blockwise(x.detach(), backend="torch")
+    outs.append(lk.dequantize_blockwise(q, s.detach().requires_grad_(), backend="torch"))
+    assert not any(o.requires_grad for o in outs)

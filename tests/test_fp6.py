@@ -76,6 +76,14 @@ def test_bad_inputs():
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 12)
     with pytest.raises(TypeError, match="n must be an int"):
         lk.fp6_unpack(torch.zeros(2, 6, dtype=torch.uint8), 8.0)
+    with pytest.raises(ValueError, match="n .* must be >= 0"):
+        lk.fp6_unpack(torch.zeros(2, 3, dtype=torch.uint8), -4)
+    with pytest.raises(TypeError, match="check must be a bool"):
+        lk.fp6_pack(torch.zeros(2, 8, dtype=torch.uint8), check="no")
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        lk.fp6_check(None)
+    with pytest.raises(TypeError, match="x must have dtype in .uint8, float8_e4m3fn"):
+        lk.fp6_check(torch.full((4,), 0.05))  # fp32 values, not codes
 
 
 def test_repeat_calls_same_signature(device):

@@ -109,6 +109,18 @@ def test_bad_inputs(device):
         lk.fp8_gemm_nt(qa.cpu(), sa.cpu(), qb.cpu(), sb.cpu(), backend="cuda")
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_nan_codes_propagate(device, backend):
+    """An e4m3 NaN code (0x7F / 0xFF) in A or B makes its output row / column NaN, as on the tensor
+    cores (Triton's interpreter decodes it as +-480 unless the package's fix is in)."""
+    qa, sa, qb, sb = gemm_operands(80, 256, 256, device)
+    qa.view(torch.uint8)[1, 5] = 0x7F
+    qb.view(torch.uint8)[7, 200] = 0xFF
+    d = lk.fp8_gemm_nt(qa, sa, qb, sb, backend=backend)
+    nan = d.isnan()
+    assert nan[1].all() and nan[:, 7].all() and nan.sum() == 256 + 80 - 1
+
+
 def _gemm_backends(device):
     out = ["triton"]
     if device.type == "cuda" and not lk.gemm.gemm_op.why_not(*gemm_operands(1, 128, 128, device), None,

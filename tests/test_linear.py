@@ -1,4 +1,5 @@
 """BlockwiseFP8Linear / BlockwiseFP6Linear: upstream state-dict layout, inputs, compile."""
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -114,6 +115,19 @@ def test_bad_inputs(device):
         lk.BlockwiseFP6Linear(128, 130)
     with pytest.raises(TypeError, match="nn.Linear"):
         lk.BlockwiseFP8Linear.from_linear(torch.zeros(3))
+    with pytest.raises(TypeError, match="in_features must be an int, got float"):
+        lk.BlockwiseFP8Linear(128.0, 128)
+    assert lk.BlockwiseFP8Linear(np.int64(128), 128).in_features == 128
+    with pytest.raises(ValueError, match="backend must be one of"):
+        lk.BlockwiseFP8Linear(128, 128, backend="gpu")
+    with pytest.raises(TypeError, match="linear.weight must have dtype"):
+        lk.BlockwiseFP8Linear.from_linear(nn.Linear(128, 128, dtype=torch.float64))
+    bad = nn.Linear(128, 128)
+    with torch.no_grad():
+        bad.weight[3, 5] = float("inf")
+    for cls in LAYERS:
+        with pytest.raises(ValueError, match="linear.weight holds 1 non-finite value"):
+            cls.from_linear(bad)
     layer = lk.BlockwiseFP8Linear.from_linear(_linear(device))
     with pytest.raises(ValueError, match="in_features=256"):
         layer(torch.randn(3, 128, device=device))

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -256,3 +257,32 @@ def test_huge_rows_are_normalised(device, backend, dtype, big):
     want = y * ci.double() + rot * si.double()
     assert_rounded_close(lk.rms_norm_rope(x, ci, si, backend=backend), want.float())
     assert_fp8_close(lk.rms_norm_rope(x, ci, si, None, True, backend=backend), want.float())
+
+
+@pytest.mark.parametrize("op", ["interleaved", "split"])
+def test_scalar_arguments_are_checked_by_value(device, op):
+    x = torch.randn(2, 3, 128, device=device, dtype=BF16)
+    if op == "interleaved":
+        c = torch.randn(128, device=device, dtype=BF16)
+        f, args = lk.rms_norm_rope, (x, c, c)
+    else:
+        c, s = _split_freqs(2, 3, 2, 64, device)
+        f, args = lk.rms_norm_split_rope, (x, c, s)
+    # a 0-d tensor is refused: the memos key on the value, and reading it would sync
+    with pytest.raises(TypeError, match="eps must be a real number, got Tensor"):
+        f(*args, eps=torch.tensor(1e-6))
+    with pytest.raises(TypeError, match="eps must be a real number, got NoneType"):
+        f(*args, eps=None)
+    with pytest.raises(ValueError, match="eps must be a finite number > 0"):  # an all-zero row: 0 / 0
+        f(*args, eps=0.0)
+    with pytest.raises(TypeError, match="out_fp8 must be a bool"):
+        f(*args, out_fp8="no")
+    torch.testing.assert_close(f(*args, out_fp8=np.True_, eps=np.float64(1e-6)).float(),
+                               f(*args, out_fp8=True, eps=1e-6).float(), rtol=0, atol=0)
+
+
+def test_split_zero_head_dim_is_refused(device):
+    x, f = torch.randn(2, 3, 0, device=device, dtype=BF16), torch.randn(2, 4, 3, 0, device=device, dtype=BF16)
+    for backend in ("torch", "triton"):
+        with pytest.raises(ValueError, match="Dh=0 .* must be even and >= 2"):
+            lk.rms_norm_split_rope(x, f, f, backend=backend)

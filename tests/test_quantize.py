@@ -445,3 +445,82 @@ def test_compiled_producers_take_their_plans():
     x, y, scale, shift, gate, logits = args
     assert quantize._plans.get(_dispatch.signature(("quantize", x, quantize.FP8_SCALE_MAX, True, "auto", gen)))
     assert quantize._plans.get(_dispatch.signature(("gated", y, logits, True, quantize.FP8_SCALE_MAX, "auto", gen)))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_scale_max_range(device, backend):
+    x = torch.randn(2, 256, device=device)
+    x[0, :128] = 0  # an all-zero block: scale_max / AMAX_FLOOR must stay finite
+    for bad in (1e10, 2.0 ** 32, 1e-45, 0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="scale_max must be in"):
+            lk.quantize_blockwise(x, scale_max=bad, backend=backend)
+    with pytest.raises(TypeError, match="scale_max must be a real number, got Tensor"):
+        lk.quantize_blockwise(x, scale_max=torch.tensor(448.0), backend=backend)
+    with pytest.raises(TypeError, match="gelu must be a bool"):
+        lk.quantize_blockwise(x, gelu="no", backend=backend)
+    for ok in (2.0 ** -9, lk.FP6_SCALE_MAX, 1000.0, 2.0 ** 16):  # past 448 the codes saturate
+        q, s = lk.quantize_blockwise(x, scale_max=ok, backend=backend)
+        assert not q.float().isnan().any() and s.isfinite().all()
+        assert (q[0, :128].float() == 0).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_rms_fma_in_place_refuses_what_it_would_corrupt(device, backend):
+    y, g = torch.randn(4, 256, device=device), torch.randn(256, device=device)
+    with pytest.raises(ValueError, match="x is a broadcast view"):
+        lk.quantize_rms_fma(torch.randn(1, 256, device=device).expand(4, 256), y, g, backend=backend)
+    lk.quantize_rms_fma(torch.randn(1, 256, device=device).expand(4, 256), y, g, inplace=False, backend=backend)
+    leaf = torch.randn(4, 256, device=device, requires_grad=True)
+    with pytest.raises(ValueError, match="x requires grad"):
+        lk.quantize_rms_fma(leaf, y, g, backend=backend)
+    before = leaf.detach().clone()
+    with torch.no_grad():  # as torch allows in-place updates of such a tensor there
+        _, _, r = lk.quantize_rms_fma(leaf, y, g, backend=backend)
+    assert r is leaf and not torch.equal(leaf.detach(), before)
+    with pytest.raises(TypeError, match="inplace must be a bool"):
+        lk.quantize_rms_fma(before, y, g, inplace="no", backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_eps_zero_is_refused(device, backend):
+    x, mod = torch.zeros(2, 128, device=device), torch.zeros(128, device=device)
+    with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+        lk.quantize_adanorm(x, mod, mod, eps=0, backend=backend)
+    with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+        lk.quantize_rms_fma(x, x, mod, eps=0.0, backend=backend)
+
+
+def test_gelu_negative_tail_matches_float64(device):
+    """The blocks of GELU's negative tail (x < -4.5, GELU ~ -1e-5 .. -1e-7): 1 + tanh(z) would
+    cancel to nothing in fp32; both backends keep the values to e4m3 rounding."""
+    import oracle
+
+    x = torch.linspace(-6.0, -4.5, 256, device=device).view(2, 128)
+    want = oracle.gelu_tanh(x.double())
+    for backend in ("torch", "triton"):
+        q, s = lk.quantize_blockwise(x, gelu=True, backend=backend)
+        got = q.double() * s.double().repeat_interleave(128, 1)
+        assert ((got - want).abs() <= want.abs() * 2.0 ** -4).all(), backend  # e4m3: 3 mantissa bits
+
+
+def test_upstream_names_check_their_arguments(device):
+    from ltx_kernels.blockwise import functional as F
+    from ltx_kernels.blockwise import triton_ops as T
+
+    x = torch.randn(2, 256, device=device)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        F.gated_attention_triton(torch.ones(2, 256, dtype=torch.int32, device=device), torch.randn(2, 2), False)
+    with pytest.raises(TypeError, match="y must be a torch.Tensor"):
+        T.rms_fma_triton(x, None, torch.randn(256, device=device))
+    with pytest.raises(ValueError, match="y must have x's shape"):
+        T.rms_fma_triton(x, torch.randn(3, 256, device=device), torch.randn(256, device=device))
+    with pytest.raises(ValueError, match="z of shape"):
+        T.rms_fma_triton(x, x.clone(), torch.randn(3, 256, device=device))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        T.rowwise_int_quantize_triton(None)
+    q, s = T.rowwise_int_quantize_triton(torch.randn(4, 0, device=device))
+    assert q.shape == (4, 0) and torch.equal(s, torch.ones(4, device=device))
+    y = torch.randn(2, 4, device=device)
+    y[0, 0] = float("nan")
+    q, s = T.rowwise_int_quantize_triton(y)  # NaN leaves its row's scale to the other values
+    assert torch.equal(s[0], y[0, 1:].abs().amax() / 127) and q[0, 0] == 0

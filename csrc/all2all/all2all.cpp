@@ -17,10 +17,16 @@ using namespace ltx_all2all;
 
 namespace {
 
+// A failed runtime call also leaves its error as the thread's last error, which the next kernel
+// launch check (torch's included) would report as its own; the setup catches these failures and
+// goes on (another backend, or the exchange that tells the peers), so the error is taken here.
 #define CUDA_CHECK(expr)                                                                       \
   do {                                                                                         \
     cudaError_t err__ = (expr);                                                                \
-    TORCH_CHECK(err__ == cudaSuccess, #expr " failed: ", cudaGetErrorString(err__));          \
+    if (err__ != cudaSuccess) {                                                                \
+      (void)cudaGetLastError();                                                                \
+      TORCH_CHECK(false, #expr " failed: ", cudaGetErrorString(err__));                        \
+    }                                                                                          \
   } while (0)
 
 long long signals_offset(long long capacity) { return (capacity + 255) / 256 * 256; }
@@ -74,7 +80,11 @@ int64_t host_error_alloc(int64_t device) {
   return reinterpret_cast<int64_t>(ptr);
 }
 
-void host_error_free(int64_t ptr) { CUDA_CHECK(cudaFreeHost(reinterpret_cast<void*>(ptr))); }
+// Freed with `device` current too (teardown may run on another thread, whose current device is 0).
+void host_error_free(int64_t ptr, int64_t device) {
+  c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
+  CUDA_CHECK(cudaFreeHost(reinterpret_cast<void*>(ptr)));
+}
 
 std::vector<int64_t> host_error_read(int64_t ptr) {
   volatile long long* h = reinterpret_cast<volatile long long*>(ptr);

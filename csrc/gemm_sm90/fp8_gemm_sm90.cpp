@@ -52,7 +52,12 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   const ltx_gemm_sm90::TileConfig cfg{static_cast<int>(block_m), static_cast<int>(block_n), static_cast<int>(cluster)};
   const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), cfg, sms,
                                           at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(err == nullptr, "fp8_gemm_nt (sm90): ", err ? err : "");
+  if (err != nullptr) {
+    // a runtime call that failed left its error as the thread's last one: take it, or the next
+    // launch check (torch's, in whatever op runs next) would report it as its own
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, "fp8_gemm_nt (sm90): ", err);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

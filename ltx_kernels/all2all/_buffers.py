@@ -164,7 +164,7 @@ def release(ext, base, opened, host_err, device_index):
     if base is not None:
         steps.append(lambda: ext.free_block(base, device_index))
     if host_err is not None:
-        steps.append(lambda: ext.host_error_free(host_err))
+        steps.append(lambda: ext.host_error_free(host_err, device_index))
     for step in steps:
         try:
             step()

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .. import _checks as chk
 from .. import quantize as _q
 from .. import reference as _ref
 
@@ -58,6 +59,14 @@ def run_quant_blockwise_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tenso
 def run_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """``x += y * z`` in place (as upstream), then ``rms_norm(x)`` (eps 1e-6) in bf16, as upstream
     returns it for any input dtype. Composed from torch ops: ltx-core runs the quantizing variant."""
+    chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
+    chk.tensor("y", y, dtypes=chk.FLOAT_DTYPES)
+    chk.tensor("z", z, dtypes=chk.FLOAT_DTYPES)
+    if y.shape != x.shape:
+        raise ValueError(f"y must have x's shape {tuple(x.shape)}, got {tuple(y.shape)}")
+    if not chk.broadcasts_to(z.shape, x.shape):
+        raise ValueError(f"z of shape {tuple(z.shape)} does not broadcast to x's shape {tuple(x.shape)}")
+    chk.same_device(x=x, y=y, z=z)
     x.copy_((x.float() + y.float() * z.float()).to(x.dtype))
     return _ref.rms_norm(x.float(), 1e-6).to(torch.bfloat16)
 
@@ -65,8 +74,9 @@ def run_rms_fma(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tens
 def run_gated_attention(x: torch.Tensor, gate_logits: torch.Tensor, quantize: bool = True):
     """``x * 2 sigmoid(gate_logits)`` per head: ``(q, scales)`` when quantizing, else
     ``(out in bf16, None)`` (upstream's output dtype for any input dtype)."""
-    if quantize:
+    if chk.flag("quantize", quantize):
         return _q.gated_attention(x, gate_logits, True)
+    chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
     # one rounding, from fp32 (an fp16 result would round twice, and overflow past 65504)
     src = x if x.dtype in (torch.bfloat16, torch.float32) else x.float()
     out, _ = _q.gated_attention(src, gate_logits, False)
@@ -81,12 +91,15 @@ def run_blockwise_dequantize(x: torch.Tensor, scales: torch.Tensor) -> torch.Ten
 def run_quantize_kernel(x: torch.Tensor, out_dtype: Optional[torch.dtype] = None):
     """Per-row symmetric int8: ``(q, scale)`` with ``x ~= q * scale``, ``scale = amax / 127`` per
     row (a zero row gets scale 1), rounded to nearest (upstream's kernel truncated)."""
+    chk.tensor("x", x, dtypes=chk.FLOAT_DTYPES, min_ndim=1)
     if out_dtype not in (None, torch.int8):
         raise TypeError(f"out_dtype must be torch.int8, got {out_dtype}")
     xf = x.float()
-    amax = xf.abs().amax(dim=-1, keepdim=True)
+    a = xf.abs()
+    # NaN leaves its row's scale alone (and gets code 0); an empty row gets scale 1, as a zero row
+    amax = torch.where(a.isnan(), 0.0, a).amax(dim=-1, keepdim=True) if x.shape[-1] else a.new_zeros(*x.shape[:-1], 1)
     scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-    q = torch.round(xf / scale).clamp(-127, 127).to(torch.int8)
+    q = torch.round(xf / scale).nan_to_num(0.0).clamp(-127, 127).to(torch.int8)
     return q, scale.squeeze(-1)
 
 

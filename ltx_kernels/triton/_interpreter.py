@@ -3,11 +3,12 @@
 Triton's interpreter (seen in 3.6 and 3.9) converts fp32 -> float8e4nv with
 bit arithmetic that rounds ties away from even, loses the carry into the
 exponent (1.97 -> 1.0, -125 -> -64) and wraps past 448 (592 -> 288); its
-e4m3 -> fp32 path also decodes NaN (0x7F) as 480. On sm_90 the same kernel
-compiles to ``cvt.rn.satfinite.e4m3x2.f32``: round to nearest even, saturate
-to +-448, NaN kept. This module replaces the interpreter's conversion for
-e4m3 with one that matches the hardware, so kernels stay written as for the
-GPU and the CPU path gives true results. fp32 -> bf16, which the interpreter
+e4m3 -> fp32 path (casts, and the operands of tl.dot) also decodes NaN (0x7F)
+as 480. On sm_90 the same kernel compiles to ``cvt.rn.satfinite.e4m3x2.f32``:
+round to nearest even, saturate to +-448, NaN kept; the tensor cores
+propagate NaN. This module replaces the interpreter's conversion for e4m3
+with one that matches the hardware, so kernels stay written as for the GPU
+and the CPU path gives true results. fp32 -> bf16, which the interpreter
 truncates, is rounded to nearest even as on the GPU, and bf16 -> fp32 widens
 subnormals exactly. Other pairs are untouched.
 """
@@ -100,5 +101,18 @@ def patch_interpreter() -> bool:
         return original_cast(self, src, dst_type)
 
     builder.cast_impl = cast_impl
+
+    # tl.dot of e4m3 operands decodes them through the same path (NaN codes as +-480, finite
+    # results); the tensor cores propagate NaN. Decoded here as the casts above are.
+    original_dot = getattr(builder, "create_dot", None)
+    if original_dot is not None:
+        def create_dot(self, a, b, d, *args, **kwargs):
+            if a.dtype.scalar == tl.float8e4nv and b.dtype.scalar == tl.float8e4nv:
+                av = e4m3_bits_to_fp32(np.asarray(a.data)).reshape(np.shape(a.data))
+                bv = e4m3_bits_to_fp32(np.asarray(b.data)).reshape(np.shape(b.data))
+                return handle_cls(np.matmul(av, bv, dtype=d.data.dtype) + d.data, d.dtype.scalar)
+            return original_dot(self, a, b, d, *args, **kwargs)
+
+        builder.create_dot = create_dot
     _PATCHED = True
     return True
