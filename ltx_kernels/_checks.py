@@ -88,9 +88,10 @@ def eps(value, name: str = "eps") -> float:
     return e
 
 
-# What a quantizer's scale_max may be. Below 2^-9 (e4m3's smallest step) a block's scale
-# amax / scale_max overflows fp32 for ordinary values; at 2^32 or more scale_max / AMAX_FLOOR does
-# for an all-zero block (0 * inf codes). Above 448 the codes saturate at +-448.
+# What a quantizer's scale_max may be. The smaller it is, the smaller the block absmax whose scale
+# amax / scale_max overflows fp32 (at 1e-45, any above 3.4e-7); 2^-9 is e4m3's smallest step. From
+# 2^32 on, scale_max / AMAX_FLOOR overflows for an all-zero block (0 * inf codes). Above 448 the
+# codes saturate at +-448.
 SCALE_MAX_RANGE = (2.0 ** -9, 2.0 ** 16)
 
 

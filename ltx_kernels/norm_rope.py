@@ -9,6 +9,7 @@ from . import _checks as chk
 from . import reference as ref
 from . import tuning
 from ._dispatch import Op, Memo, Plans, call, run_planned, torch_reasons, triton_reasons
+from .triton import next_pow2  # (the kernels' package; Triton itself is imported on first use)
 
 MAX_TRITON_ROW = 32768  # elements per row the Triton kernels keep in registers
 
@@ -75,17 +76,25 @@ def _interleaved_torch(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return ref.rms_norm_rope(x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-def _triton_row_reasons(row_name: str):
-    def reasons(x, c, s, w, *a):
-        r = triton_reasons(x, c, s, w)
-        if x.shape[-1] > MAX_TRITON_ROW:
-            r.append(f"{row_name}={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
-        return r
-
-    return reasons
+def _interleaved_triton_reasons(x, c, s, w, *a):
+    r = triton_reasons(x, c, s, w)
+    if x.shape[-1] > MAX_TRITON_ROW:
+        r.append(f"D={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
+    return r
 
 
-@interleaved_op.register("triton", reasons=_triton_row_reasons("D"))
+def _split_triton_reasons(x, c, s, w, *a):
+    """The kernel holds a row as [H, Dh/2] x 2 halves, each dim padded to a power of two."""
+    r = triton_reasons(x, c, s, w)
+    nh = c.shape[1]
+    tile = next_pow2(nh) * next_pow2(x.shape[-1] // nh // 2) * 2
+    if tile > MAX_TRITON_ROW:
+        r.append(f"H*Dh={x.shape[-1]} padded to {tile} (H and Dh/2 each to a power of two) > {MAX_TRITON_ROW} "
+                 f"(row must fit in registers)")
+    return r
+
+
+@interleaved_op.register("triton", reasons=_interleaved_triton_reasons)
 def _interleaved_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     from .triton import prepare
 
@@ -176,7 +185,7 @@ def _freq_strides(f: torch.Tensor, b: int):
     return (sb, f.stride(1), f.stride(2), f.stride(3))
 
 
-@split_op.register("triton", reasons=_triton_row_reasons("H*Dh"))
+@split_op.register("triton", reasons=_split_triton_reasons)
 def _split_triton(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     from .triton import prepare
 

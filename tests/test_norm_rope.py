@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import ltx_kernels as lk
-from ltx_kernels import _dispatch
+from ltx_kernels import _dispatch, norm_rope
 from ltx_kernels import reference as ref
 
 import oracle
@@ -286,3 +286,13 @@ def test_split_zero_head_dim_is_refused(device):
     for backend in ("torch", "triton"):
         with pytest.raises(ValueError, match="Dh=0 .* must be even and >= 2"):
             lk.rms_norm_split_rope(x, f, f, backend=backend)
+
+
+def test_split_triton_refuses_a_padded_row_past_its_registers():
+    """H = 17, Dh = 1922: 32674 elements, but the kernel's tile is 32 x 1024 x 2 = 65536."""
+    def padded(nh, dh):
+        x, c = torch.zeros(1, 1, nh * dh, dtype=BF16), torch.zeros(1, nh, 1, dh // 2, dtype=BF16)
+        return [r for r in norm_rope.split_op.why_not(x, c, c, None, False, 1e-6)["triton"] if "padded" in r]
+
+    assert padded(17, 1922) and "padded to 65536" in padded(17, 1922)[0]
+    assert not padded(32, 128) and not padded(16, 2048)  # LTX-2's heads; a 32768 tile exactly
