@@ -47,11 +47,14 @@ def _extensions_section(torch, cuda: bool) -> None:
     print(f"\nCUDA extensions (prebuilt by setup.py, else compiled on first use into {_jit.extensions_dir()}):")
     print(f"  toolchain: {tc.summary()}")
     for name, what in _ext.EXTENSIONS.items():
-        if cuda:
-            _ext.load(name)  # the first use: compiles here if need be (one line when it starts)
-            line = _ext.status(name) if _ext.info(name) else _ext.load(name)[1]
-        else:
-            line = _ext.status(name)
+        try:
+            if cuda:
+                _ext.load(name)  # the first use: compiles here if need be (one line when it starts)
+                line = _ext.status(name) if _ext.info(name) else _ext.load(name)[1]
+            else:
+                line = _ext.status(name)
+        except ValueError as e:  # a setting, e.g. TORCH_CUDA_ARCH_LIST, that names no arch
+            line = f"cannot be built or loaded: {e}"
         print(f"  {name:14s} {what}:\n      {line}")
 
 
@@ -157,6 +160,13 @@ def main(argv=None) -> int:
 
     import ltx_kernels
     from ltx_kernels import _cases
+    from ltx_kernels._dispatch import resolve_backend_name
+
+    try:
+        resolve_backend_name(None)  # LTX_KERNELS_BACKEND: every op would raise with a bad one
+    except ValueError as e:
+        print(f"python -m ltx_kernels: error: {e}", file=sys.stderr)
+        return 2
 
     print(f"ltx_kernels {ltx_kernels.__version__}")
     for line in _versions(torch):
@@ -275,7 +285,10 @@ def build_main(argv) -> int:
         except ValueError as e:
             ap.error(str(e))
     elif tc.why is None:
-        archs, origin = _jit.wanted_archs()
+        try:
+            archs, origin = _jit.wanted_archs()
+        except ValueError as e:  # TORCH_CUDA_ARCH_LIST
+            ap.error(str(e))
     else:
         archs, origin = [], ""
     if archs:

@@ -21,7 +21,11 @@ import torch
 BACKENDS = ("torch", "triton", "cuda")
 log = logging.getLogger("ltx_kernels")
 if os.environ.get("LTX_KERNELS_LOG", "").lower() == "debug":
-    logging.basicConfig(format="[ltx_kernels] %(message)s")
+    # a handler of this logger's own: the application's logging setup is left alone
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("[ltx_kernels] %(message)s"))
+    log.addHandler(_handler)
+    log.propagate = False
     log.setLevel(logging.DEBUG)
 
 

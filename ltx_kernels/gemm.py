@@ -166,6 +166,9 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one slice is
     faster than two."""
     if len(forced := _forced()) > 3:
+        if (k // 128) % forced[3]:
+            raise ValueError(f"LTX_KERNELS_SM90_TILE: {forced[3]} K slices do not divide this GEMM's K / 128 = "
+                             f"{k // 128} (K = {k})")
         return forced[3]
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)

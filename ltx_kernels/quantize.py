@@ -421,9 +421,6 @@ def quantize_rms_fma(x, y, gate, *, eps=1e-6, scale_max=FP8_SCALE_MAX, inplace=T
     Returns ``(q, scales, r)``. gate broadcasts to x (``[B, 1, h]`` or ``[B, T, h]``).
     """
     eps, scale_max, inplace = chk.real("eps", eps), chk.real("scale_max", scale_max), chk.flag("inplace", inplace)
-    if inplace and isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
-        raise ValueError("x requires grad: inplace=True would overwrite it outside autograd (these ops record "
-                         "no history); pass inplace=False, or call under torch.no_grad() / inference_mode()")
     key = tuning.plan_key("rms_fma", x, y, gate, eps, scale_max, inplace, backend=backend)
     if inplace:  # (a plan writes the residual into the caller's x)
         plan = _plans.get(key)

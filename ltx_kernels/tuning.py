@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 import torch
 
 from ._dispatch import forget_choices, interpreter_on, log, resolve_backend_name, signature
+from ._jit import file_lock
 from .triton import next_pow2
 
 _SHIPPED = Path(__file__).with_name("configs")
@@ -55,12 +56,33 @@ def _file_stem(name: str) -> str:
 
 
 def _load(path: Path) -> dict:
+    """The records of a cache file: ``{entry_key: {"config": {...}, ...}}``. An unreadable file
+    counts as empty, and records of another shape (a hand edit, a cache of another version) are
+    left out, once with a warning: the kernels then take their heuristic configs."""
     try:
         with open(path) as f:
             data = json.load(f)
-        return data.get("configs", {}) if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    configs = data.get("configs") if isinstance(data, dict) else None
+    if not isinstance(configs, dict):
+        _warn_once(path, "has no \"configs\" table")
+        return {}
+    good = {k: r for k, r in configs.items() if isinstance(k, str) and isinstance(r, dict)
+            and isinstance(r.get("config"), dict)
+            and all(isinstance(v, (int, float, str, bool)) for v in r["config"].values())}
+    if len(good) < len(configs):
+        _warn_once(path, f"has {len(configs) - len(good)} malformed record(s)")
+    return good
+
+
+_warned: set = set()
+
+
+def _warn_once(path, what: str) -> None:
+    if (path, what) not in _warned:
+        _warned.add((path, what))
+        log.warning("kernel config cache %s %s: ignored (delete the file to start over)", path, what)
 
 
 def _table(dev: str) -> dict:
@@ -117,12 +139,14 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
     with _lock:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            on_disk = _load(path)
-            on_disk[entry_key(kernel, key)] = record
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "w") as f:
-                json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            # read-modify-write under a lock: processes tuning at once would drop each other's records
+            with file_lock(path.with_suffix(".lock")):
+                on_disk = _load(path)
+                on_disk[entry_key(kernel, key)] = record
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                with open(tmp, "w") as f:
+                    json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
+                os.replace(tmp, path)
         except OSError as e:  # a read-only or full cache: this process still uses the record
             if path not in _unwritable:
                 _unwritable.add(path)
@@ -191,6 +215,10 @@ def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict
     if cfg is not None:
         return cfg
     cfg = lookup(kernel, key, device)
+    if cfg is not None and not set(heuristic) <= set(cfg):  # a record of another version of the kernel
+        _warn_once(cache_dir() / f"{_file_stem(device_name(device))}.json",
+                   f"holds a {kernel} config {cfg} without the keys {sorted(set(heuristic) - set(cfg))}")
+        cfg = None
     if cfg is None:
         cfg = dict(heuristic)
         if (autotune_enabled() and candidates is not None and run is not None and can_time(device)

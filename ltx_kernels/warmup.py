@@ -28,6 +28,21 @@ QUICK_GEMM = [(m, n, k) for m in (1024, 4096, 16384) for n, k in
               [(4096, 4096), (16384, 4096), (4096, 16384), (2048, 2048)]] + [(3000, 2176, 7168)]
 
 
+def _shapes(text: str) -> list[tuple[int, int, int]]:
+    """--shapes: "MxNxK,..." -> [(M, N, K), ...]; argparse turns the ValueError into a usage error."""
+    out = []
+    for spec in text.split(","):
+        parts = spec.strip().lower().split("x")
+        try:
+            m, n, k = (int(v) for v in parts)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{spec!r} is not MxNxK (three integers)") from None
+        if m < 1 or n < 128 or k < 128 or n % 128 or k % 128:
+            raise argparse.ArgumentTypeError(f"{spec!r}: M must be >= 1, N and K positive multiples of 128")
+        out.append((m, n, k))
+    return out
+
+
 def gemm_shapes(quick: bool):
     if quick:
         return QUICK_GEMM
@@ -169,7 +184,8 @@ def _memory_jobs(dev):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ltx_kernels.warmup", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", help="comma-separated MxNxK GEMM shapes instead of the LTX-2 set")
+    ap.add_argument("--shapes", type=_shapes, help="comma-separated MxNxK GEMM shapes instead of the LTX-2 set "
+                                                   "(M >= 1; N and K multiples of 128)")
     ap.add_argument("--quick", action="store_true", help="only the GEMM shapes of the H200 anchors and 3000x2176x7168")
     ap.add_argument("--gemm-only", action="store_true")
     ap.add_argument("--only", help="comma-separated substrings: tune only the jobs whose label has one (e.g. adanorm)")
@@ -180,8 +196,7 @@ def main(argv=None) -> int:
     from ltx_kernels import tuning
     from ltx_kernels.triton import prepare
 
-    shapes = ([tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes
-              else gemm_shapes(args.quick))
+    shapes = args.shapes or gemm_shapes(args.quick)
     if args.check:
         return check(shapes, args)
     if not torch.cuda.is_available():

@@ -61,6 +61,19 @@ def _layouts_worker(rank, world, path):
     a2a.set_rank_tokens(counts)
     f = torch.compile(lambda x: a2a.gather_heads(a2a.send_recv_heads(x) * 2), fullgraph=True, backend="aot_eager")
     assert _same(f(xs[rank]), xs[rank] * 2)
+    # even counts (sequence parallelism's split) with a dynamic sequence dimension, as ltx-core
+    # compiles it: the length stays symbolic, one graph for every length
+    from torch._dynamo.utils import counters
+
+    g = torch.compile(lambda x: a2a.gather_heads(a2a.send_recv_heads(x) * 2, copy_out=True), fullgraph=True,
+                      backend="aot_eager")
+    before = counters["stats"]["unique_graphs"]
+    for c in (3, 5, 6):
+        a2a.set_rank_tokens([c] * world)
+        x = _inputs(world, [c] * world, 1, 2 * world, 8, torch.bfloat16)[rank]
+        torch._dynamo.mark_dynamic(x, 1)
+        assert _same(g(x), x * 2)
+    assert counters["stats"]["unique_graphs"] - before == 1
     _finish()
 
 
@@ -83,9 +96,21 @@ def _bad_inputs_worker(rank, world, path):
         (lk.BackendUnavailable, "cuda", lambda: lk.All2All(rank, world, 8, 64, world, torch.bfloat16, backend="cuda",
                                                               device="cpu")),
     ]
+    cases += [
+        (TypeError, "timeout_seconds must be a real number", lambda: a2a.set_timeout_seconds("abc")),
+        (TypeError, "rank must be an int", lambda: lk.All2All(True, world, 8, 64, world, torch.bfloat16, device="cpu")),
+        (TypeError, r"rank_num_tokens\[0\] must be an int", lambda: a2a.set_rank_tokens([2.7] * world)),
+        (TypeError, "rank_num_tokens must be a sequence", lambda: a2a.set_rank_tokens(None)),
+        (TypeError, "copy_out must be a bool", lambda: a2a.send_recv_heads(x, copy_out="no")),
+        (ValueError, "device must name a torch device", lambda: lk.All2All(rank, world, 8, 64, world, torch.bfloat16,
+                                                                          device="bogus")),
+    ]
     for exc, match, fn in cases:
         with pytest.raises(exc, match=match):
             fn()
+    a2a.destroy()
+    with pytest.raises(ValueError, match="this instance was destroyed"):
+        a2a.send_recv_heads(x)
     _finish()
 
 
@@ -101,10 +126,12 @@ def _timeout_worker(rank, world, path):
         time.sleep(4)
         os._exit(0)
     dist.barrier()
-    with pytest.raises(lk.All2AllTimeout, match="did not complete within 1s"):
+    with pytest.raises(lk.All2AllTimeout, match="did not complete within 1s.*new_group"):
         a2a.send_recv_heads(torch.randn(1, 4, 2 * world, 8, dtype=torch.bfloat16))
     with pytest.raises(lk.All2AllTimeout, match="unusable"):
         a2a.send_recv_heads(torch.randn(1, 4, 2 * world, 8, dtype=torch.bfloat16))
+    with pytest.raises(lk.All2AllTimeout, match="did not complete"):
+        a2a.check()
     os._exit(0)  # the group is wedged by design; skip its teardown
 
 

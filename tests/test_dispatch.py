@@ -413,3 +413,37 @@ def test_torch_backend_records_no_autograd_history(device):
     q, s = lk.quantize_blockwise(x.detach(), backend="torch")
     outs.append(lk.dequantize_blockwise(q, s.detach().requires_grad_(), backend="torch"))
     assert not any(o.requires_grad for o in outs)
+
+
+def test_malformed_config_cache_is_ignored_with_a_warning(tmp_path, monkeypatch, caplog):
+    """A hand-edited cache, or one of another version (a config without the keys the kernel reads
+    now): the op runs with its heuristic config, and a warning names the file."""
+    from ltx_kernels import tuning
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    x = torch.randn(3, 256)
+    for text in ('{"configs": null}', '{"configs": [1]}', '{"configs": {"quantize|x": 1}}',
+                 '{"configs": {"k|1": {"config": {"OLD_NAME": 3}}}}'):
+        (tmp_path / "cpu.json").write_text(text)
+        tuning._memory.clear()
+        tuning._choices.clear()
+        tuning._warned.clear()  # (each file warns once a process)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ltx_kernels"):
+            assert tuning.choose("k", (1,), {"BLOCK": 8}, device="cpu") == {"BLOCK": 8}
+            lk.quantize_blockwise(x, backend="triton")
+        assert "cpu.json" in caplog.text and "ignored" in caplog.text, text
+    tuning._memory.clear()
+    tuning._choices.clear()
+
+
+def test_config_cache_keeps_every_record_of_concurrent_writers(tmp_path):
+    """Processes tuning at once: each store is a read-modify-write of one file, under a lock."""
+    code = ("import sys; from ltx_kernels import tuning\n"
+            "[tuning.store('k', (sys.argv[1], i), {'A': i}, 0.1, 'cpu') for i in range(60)]")
+    env = dict(os.environ, LTX_KERNELS_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code, tag], env=env) for tag in ("a", "b", "c")]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    import json
+
+    assert len(json.loads((tmp_path / "cpu.json").read_text())["configs"]) == 180

@@ -340,3 +340,14 @@ def test_sm90_activation_scales_layout(m, layout):
     assert (m == 1 or tma.stride(0) == 1) and tma.stride(1) % 4 == 0 and tma.stride(1) >= m
     assert tma.data_ptr() % 16 == 0
     assert (tma is view) == (layout == "m_major" or (layout == "odd_k_stride" and (m + 1) % 4 == 0))
+
+
+def test_forced_k_slices_must_divide_k(monkeypatch):
+    monkeypatch.setenv("LTX_KERNELS_SM90_TILE", "128,128,1,2")
+    gemm._forced.cache_clear()
+    try:
+        assert gemm.sm90_split_k(256, 4096, 4096, (128, 128, 1), 132) == 2
+        with pytest.raises(ValueError, match="LTX_KERNELS_SM90_TILE: 2 K slices do not divide .* 3"):
+            gemm.sm90_split_k(256, 4096, 384, (128, 128, 1), 132)
+    finally:
+        gemm._forced.cache_clear()

@@ -94,3 +94,14 @@ def test_cpu_benchmark_prints_no_numbers(capsys, monkeypatch):
     assert rc == 0
     assert "benchmark: needs a GPU" in out
     assert "GB/s" not in out and "TFLOP/s" not in out and "nan" not in out
+
+
+def test_bad_settings_are_usage_errors(capsys, monkeypatch):
+    monkeypatch.setenv("LTX_KERNELS_BACKEND", "gpu")
+    assert main_mod.main(["--no-bench"]) == 2
+    assert "LTX_KERNELS_BACKEND must be one of" in capsys.readouterr().err
+    for bad in ("abc", "1x2", "64x100x128"):
+        with pytest.raises(SystemExit) as e:
+            warmup.main(["--check", "--shapes", bad])
+        assert e.value.code == 2
+        assert "--shapes" in capsys.readouterr().err

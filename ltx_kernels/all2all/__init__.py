@@ -49,6 +49,31 @@ __all__ = ["All2All", "All2AllTimeout", "DEFAULT_TIMEOUT_S", "DTYPES", "MAX_WORL
 _ids = itertools.count()
 
 
+def _rank_device(device) -> torch.device:
+    """The rank's device: ``device``, else the current CUDA device, else the CPU. Only its spelling
+    is checked here; whether a CUDA device exists is a rank's own finding, which the constructor
+    exchanges (one rank raising alone would leave the others waiting in the exchange)."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must name a torch device, got {device!r} ({e})") from None
+    if d.type not in ("cuda", "cpu"):
+        raise ValueError(f"device must be a CUDA device or the CPU, got {device!r}")
+    if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def _cuda_device_problem(device: torch.device) -> str | None:
+    if not torch.cuda.is_available():
+        return "this torch has no usable CUDA device"
+    if device.index is None or device.index >= torch.cuda.device_count():
+        return f"only {torch.cuda.device_count()} CUDA device(s) are visible to this process"
+    return None
+
+
 def _warn_if_one_gpu(infos, world_size):
     """Every rank on one GPU while this process sees at least as many as there are ranks: most
     likely torch.cuda.set_device(local_rank) was not called (the default device is the current
@@ -72,23 +97,26 @@ class All2All(CudaIpcBackend, TorchBackend):
 
     def __init__(self, rank, world_size, seqlen, hidden_dim, num_sms, tensor_dtype, group=None,
                  timeout_seconds=None, *, device=None, backend="auto", _local_peers=None):
+        sizes = {}
         for name, v in (("world_size", world_size), ("seqlen", seqlen), ("hidden_dim", hidden_dim),
                         ("num_sms", num_sms)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            sizes[name] = chk.integer(name, v)
+            if sizes[name] < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world_size:
+        world_size, seqlen, hidden_dim, num_sms = sizes.values()
+        rank = chk.integer("rank", rank)
+        if not 0 <= rank < world_size:
             raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
         if tensor_dtype not in DTYPES:
             raise TypeError(f"tensor_dtype must be one of {[str(d) for d in DTYPES]}, got {tensor_dtype}")
         self.rank, self.world_size, self.seqlen, self.hidden_dim = rank, world_size, seqlen, hidden_dim
         self.num_sms, self.dtype, self.group = num_sms, tensor_dtype, group
-        self.device = torch.device(device) if device is not None else (
-            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = _rank_device(device)
         self.capacity = seqlen * hidden_dim * torch.empty((), dtype=tensor_dtype).element_size()
         self.counts = [seqlen] * world_size
+        self.even = True
         self.broken: All2AllTimeout | None = None
+        self._destroyed = False
         self._ext = None
         self._base = None
         self._opened: list[int] = []
@@ -134,13 +162,15 @@ class All2All(CudaIpcBackend, TorchBackend):
                     device=device, _local_peers=shared) for r in range(world_size)]
 
     def _device_current(self):
-        usable = self.device.type == "cuda" and torch.cuda.is_available() and \
-            0 <= self.device.index < torch.cuda.device_count()
+        usable = self.device.type == "cuda" and _cuda_device_problem(self.device) is None
         return torch.cuda.device(self.device) if usable else contextlib.nullcontext()
 
     def _info(self):
         """What the other ranks need to know of this one; an error here is exchanged too (every
         rank then raises), so no rank waits in a collective this one never joins."""
+        problem = _cuda_device_problem(self.device) if self.device.type == "cuda" else None
+        if problem:
+            return {"error": f"{self.device}: {problem}"}
         try:
             # Loading may compile the extension: only for a rank that could use it (cuda_reasons
             # reports a rank off CUDA).
@@ -200,22 +230,29 @@ class All2All(CudaIpcBackend, TorchBackend):
     # ------------------------------------------------------------------ configuration
     def set_rank_tokens(self, rank_num_tokens):
         """Per-rank token counts (uneven allowed). Host-side only: no device sync."""
-        counts = [int(c) for c in rank_num_tokens]
+        if isinstance(rank_num_tokens, (str, bytes, torch.Tensor)) or not hasattr(rank_num_tokens, "__iter__"):
+            raise TypeError(f"rank_num_tokens must be a sequence of {self.world_size} ints, got "
+                            f"{type(rank_num_tokens).__name__}")
+        counts = [chk.integer(f"rank_num_tokens[{i}]", c) for i, c in enumerate(rank_num_tokens)]
         if len(counts) != self.world_size or any(c < 0 for c in counts):
             raise ValueError(f"rank_num_tokens must be {self.world_size} non-negative ints, got {counts}")
         self.counts = counts
+        self.even = len(set(counts)) == 1  # (what torch.compile's graphs are guarded on: see _ops)
 
     def set_timeout_seconds(self, seconds):
         """How long a kernel waits for a peer before :class:`All2AllTimeout`; None: 10 s.
         0 gives up at the first wait a peer has not already satisfied (upstream's meaning);
         ``float('inf')`` waits forever."""
-        t = DEFAULT_TIMEOUT_S if seconds is None else float(seconds)
+        t = DEFAULT_TIMEOUT_S if seconds is None else chk.real("timeout_seconds", seconds)
         if not t >= 0:
             raise ValueError(f"seconds must be >= 0 (or None for {DEFAULT_TIMEOUT_S}), got {seconds!r}")
         self.timeout_seconds = t
 
     # ------------------------------------------------------------------ ops
-    def _check_x(self, name, x, tokens, heads_div):
+    def _check_x(self, name, x, op):
+        """What does not depend on the token counts (see _check_tokens)."""
+        if self._destroyed:
+            raise ValueError(f"All2All rank {self.rank}: this instance was destroyed; build a new one")
         chk.tensor(name, x, ndim=4)
         if x.dtype != self.dtype:
             raise TypeError(f"{name} must have this All2All's dtype {self.dtype}, got {x.dtype}")
@@ -224,17 +261,19 @@ class All2All(CudaIpcBackend, TorchBackend):
         b, n, h, d = x.shape
         if b < 1 or d < 1 or h < 1:
             raise ValueError(f"{name} must be a non-empty [B, T, H, D] tensor, got {tuple(x.shape)}")
-        if n != tokens:
-            raise ValueError(f"{name}.shape[1] must be {tokens} tokens (set_rank_tokens: {self.counts}), got {n}")
-        if heads_div and h % self.world_size:
+        if op == "send_recv_heads" and h % self.world_size:
             raise ValueError(f"{name}'s head count {h} must be divisible by world_size {self.world_size}")
         if self.broken is not None:
-            raise All2AllTimeout(f"this All2All instance timed out earlier and is unusable: {self.broken}",
+            raise All2AllTimeout(f"this All2All instance failed earlier and is unusable: {self.broken}",
                                  self.broken.peer)
         return x.contiguous()
 
-    def _check_fits(self, op, x):
-        """Every rank's output of ``op`` (the largest one, for uneven counts) must fit its buffer."""
+    def _check_tokens(self, op, x):
+        """x's token count against set_rank_tokens, and every rank's output of ``op`` (the largest
+        one, for uneven counts) against its buffer."""
+        tokens = sum(self.counts) if op == "gather_heads" else self.counts[self.rank]
+        if x.shape[1] != tokens:
+            raise ValueError(f"x.shape[1] must be {tokens} tokens (set_rank_tokens: {self.counts}), got {x.shape[1]}")
         shapes = [_ops.out_shape(op, x.shape, self.counts, r) for r in range(self.world_size)]
         sizes = [math.prod(s) for s in shapes]
         shape = shapes[sizes.index(max(sizes))]
@@ -243,23 +282,26 @@ class All2All(CudaIpcBackend, TorchBackend):
             raise ValueError(f"{op} output {list(shape)} needs {nbytes} bytes but the buffer holds {self.capacity} "
                              f"(seqlen*hidden_dim = {self.seqlen}*{self.hidden_dim} elements); build the All2All larger")
 
+    def _op(self, op, x, copy_out):
+        copy_out = chk.flag("copy_out", copy_out)
+        x = self._check_x("x", x, op)
+        # traced with even counts, the sequence dimension stays symbolic: the op checks the counts
+        # when it runs (see _ops)
+        if not (torch.compiler.is_compiling() and self.even):
+            self._check_tokens(op, x)
+        return _ops.call(op, x, self, copy_out)
+
     def send_recv_heads(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H/W, D]`` (this rank's heads of every token)."""
-        x = self._check_x("x", x, self.counts[self.rank], True)
-        self._check_fits("send_recv_heads", x)
-        return _ops.call("send_recv_heads", x, self, copy_out)
+        return self._op("send_recv_heads", x, copy_out)
 
     def gather_heads(self, x, *, copy_out=False):
         """``[B, T, H/W, D]`` -> ``[B, c_r, H, D]``, the inverse of send_recv_heads."""
-        x = self._check_x("x", x, sum(self.counts), False)
-        self._check_fits("gather_heads", x)
-        return _ops.call("gather_heads", x, self, copy_out)
+        return self._op("gather_heads", x, copy_out)
 
     def allgather(self, x, *, copy_out=False):
         """``[B, c_r, H, D]`` -> ``[B, T, H, D]``."""
-        x = self._check_x("x", x, self.counts[self.rank], False)
-        self._check_fits("allgather", x)
-        return _ops.call("allgather", x, self, copy_out)
+        return self._op("allgather", x, copy_out)
 
     def out_shape(self, op, shape):
         return _ops.out_shape(op, shape, self.counts, self.rank)
@@ -281,10 +323,13 @@ class All2All(CudaIpcBackend, TorchBackend):
         if self.backend == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
             self._raise_if_failed()
+        elif self.broken is not None:
+            raise self.broken
 
     def destroy(self):
         """Free the buffer (call on every rank once no op is in flight anywhere)."""
         _ops.registry.pop(getattr(self, "comm_id", None), None)
+        self._destroyed = True
         if self._finalizer.alive:
             self._finalizer()
 

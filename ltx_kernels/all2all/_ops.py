@@ -1,6 +1,11 @@
-"""The All2All ops as ``torch.library`` ops: their fakes give the exact output shapes for uneven
-token counts, so ``torch.compile(fullgraph=True)`` traces through them. An op carries the id of its
-instance, looked up in ``registry``."""
+"""The All2All ops as ``torch.library`` ops, so ``torch.compile(fullgraph=True)`` traces through
+them. An op carries the id of its instance, looked up in ``registry``.
+
+Two forms. With every rank holding the same token count (sequence parallelism's split), the op
+takes no counts: its fake derives the output from ``x``'s shape (T = W * c), so a dynamic sequence
+dimension stays symbolic and one graph serves every length, and the counts are checked when it
+runs. With uneven counts the op takes them, and its fake gives the exact shapes (a graph per set
+of counts)."""
 from __future__ import annotations
 
 import torch
@@ -24,12 +29,31 @@ def op_signature(op: str, x: torch.Tensor, counts) -> int:
     return hash(key) & ((1 << 63) - 1)
 
 
+def _instance(comm_id):
+    inst = registry.get(comm_id)
+    if inst is None:
+        raise ValueError(f"All2All instance #{comm_id} was destroyed; build a new one")
+    return inst
+
+
+def _run(inst, op, x, copy_out):
+    if inst.backend == "cuda":
+        return inst._run_cuda(op, x, copy_out)
+    return inst._run_torch(op, x, copy_out)
+
+
 def _impl(op):
     def run(x: torch.Tensor, comm_id: int, counts: list[int], rank: int, copy_out: bool) -> torch.Tensor:
-        inst = registry[comm_id]
-        if inst.backend == "cuda":
-            return inst._run_cuda(op, x, copy_out)
-        return inst._run_torch(op, x, copy_out)
+        return _run(_instance(comm_id), op, x, copy_out)
+
+    return run
+
+
+def _impl_even(op):
+    def run(x: torch.Tensor, comm_id: int, world: int, copy_out: bool) -> torch.Tensor:
+        inst = _instance(comm_id)
+        inst._check_tokens(op, x)  # what tracing left out: the counts
+        return _run(inst, op, x, copy_out)
 
     return run
 
@@ -53,17 +77,39 @@ def _fake(op):
     return fake
 
 
-_custom = {}
+def even_out_shape(op, shape, world):
+    """out_shape when every rank holds shape[1] tokens (gather_heads: shape[1] = T = W * c)."""
+    b, n, h, d = shape
+    if op == "send_recv_heads":
+        return (b, n * world, h // world, d)
+    if op == "gather_heads":
+        return (b, n // world, h * world, d)
+    return (b, n * world, h, d)
+
+
+def _fake_even(op):
+    def fake(x, comm_id, world, copy_out):
+        return x.new_empty(even_out_shape(op, x.shape, world))
+
+    return fake
+
+
+_custom, _custom_even = {}, {}
 for _op in OPS:
-    _impl_fn = _impl(_op)
-    _c = torch.library.custom_op(f"ltx_kernels::all2all_{_op}", _impl_fn, mutates_args=())
+    _c = torch.library.custom_op(f"ltx_kernels::all2all_{_op}", _impl(_op), mutates_args=())
     _c.register_fake(_fake(_op))
-    _custom[_op] = (_c, _impl_fn)
+    _custom[_op] = _c
+    _c = torch.library.custom_op(f"ltx_kernels::all2all_{_op}_even", _impl_even(_op), mutates_args=())
+    _c.register_fake(_fake_even(_op))
+    _custom_even[_op] = _c
 
 
 def call(op, x, inst, copy_out):
-    c, impl = _custom[op]
-    args = (x, inst.comm_id, list(inst.counts), inst.rank, bool(copy_out))
-    if torch.compiler.is_compiling():
-        return c(*args)
-    return impl(*args)
+    """Eager: the implementation itself (the instance checked x already). Traced: the even form
+    while the instance's counts are even (``inst.even``: a bool the graph is guarded on, where
+    reading the counts would specialize the sequence dimension), else the form with counts."""
+    if not torch.compiler.is_compiling():
+        return _run(inst, op, x, copy_out)
+    if inst.even:
+        return _custom_even[op](x, inst.comm_id, inst.world_size, bool(copy_out))
+    return _custom[op](x, inst.comm_id, list(inst.counts), inst.rank, bool(copy_out))

@@ -45,12 +45,17 @@ class TorchBackend:
                 work.wait(timeout=datetime.timedelta(seconds=min(max(self.timeout_seconds, 1e-3), 1e9)))
             except RuntimeError as e:
                 msg = str(e).lower()
-                if "timed out" in msg or "timeout" in msg or "connection" in msg:
-                    self.broken = All2AllTimeout(
-                        f"All2All rank {self.rank}: torch.distributed {what} did not complete within "
-                        f"{self.timeout_seconds:g}s: a peer did not arrive ({str(e)[:200]})")
-                    raise self.broken from e
-                raise
+                if "timed out" in msg or "timeout" in msg:
+                    why = f"did not complete within {self.timeout_seconds:g}s: a peer did not arrive"
+                elif "connection" in msg:
+                    why = "failed: a peer's connection closed (its process exited?)"
+                else:
+                    raise
+                # the collective stays pending in the group, so the group's next one would pair with it
+                self.broken = All2AllTimeout(
+                    f"All2All rank {self.rank}: torch.distributed {what} {why} ({str(e)[:200]}). This process group "
+                    f"is now out of step: build a new All2All on a new group (torch.distributed.new_group)")
+                raise self.broken from e
         else:
             work.wait()
 
@@ -58,9 +63,8 @@ class TorchBackend:
         w, r, counts = self.world_size, self.rank, self.counts
         offs, t = _prefix(counts)
         b, n, h, d = x.shape
-        if w == 1:
-            out = x if op != "gather_heads" else x.view(b, n, h, d)
-            return out.clone()
+        if w == 1:  # (detached: the ops record no autograd history, as with more ranks)
+            return x.detach().clone()
         if self._over_gloo:
             self._agree(_ops.op_signature(op, x, counts))
         raw = lambda u: u.contiguous().view(torch.uint8).reshape(-1)  # noqa: E731  (gloo has no fp8)
