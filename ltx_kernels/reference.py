@@ -156,8 +156,8 @@ def quantize_weights_blockwise(w, scale_max=FP8_SCALE_MAX):
     n, k = w.shape
     blocks = w.float().view(n // BLOCK, BLOCK, k // BLOCK, BLOCK).transpose(1, 2)
     q, s = _quantize_blocks(blocks.reshape(n // BLOCK, k // BLOCK, BLOCK * BLOCK), scale_max)
-    q = q.view(n // BLOCK, k // BLOCK, BLOCK, BLOCK).transpose(1, 2).reshape(n, k)
-    return q, s.contiguous()
+    q = q.view(n // BLOCK, k // BLOCK, BLOCK, BLOCK).transpose(1, 2).reshape(n, k).contiguous()
+    return q, s.contiguous()  # (row-major whatever w's strides: checkpoints store them as they are)
 
 
 def expand_scales(scales: torch.Tensor, m: int, k: int) -> torch.Tensor:

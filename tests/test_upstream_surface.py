@@ -444,6 +444,32 @@ def test_newer_ltx_core_gates_answer_honestly():
     assert not vae.na_supported(num_heads=8, head_dim=64, kernel_size=(3, 3, 3), T=8, H=8, W=8)
     with pytest.raises(RuntimeError, match="tcgen05"):
         vae.run_na_attention(None, None, None, kernel_size=(3, 3, 3), k_norm_weight=None)
+    assert vae.OUT_SLACK_ROWS == 128  # ltx-core sizes its block volumes with it
+
+
+def test_vae_load_time_weight_transforms():
+    """ltx-core runs these while loading a decoder checkpoint; checked against the modules they
+    stand for, in float64: an upsample Linear [P*C, Ctx] whose rows a pixel shuffle lays out as
+    (channel, subpixel), then context_proj [C, C] on each subpixel."""
+    from ltx_kernels import vae
+
+    w = torch.tensor([0.5, -2.0, 1.5, 0.25])
+    assert torch.equal(vae.softmax_row_bound(w), torch.tensor(2.0 * 4 ** 0.5))
+    c, p, ctx = 6, 8, 5
+    g = torch.Generator().manual_seed(0)
+    w_up, b_up = torch.randn(c * p, ctx, generator=g, dtype=torch.float64), torch.randn(c * p, generator=g,
+                                                                                          dtype=torch.float64)
+    w_ctx, b_ctx = torch.randn(c, c, generator=g, dtype=torch.float64), torch.randn(c, generator=g, dtype=torch.float64)
+    x = torch.randn(3, ctx, generator=g, dtype=torch.float64)
+    up = (x @ w_up.t() + b_up).view(3, c, p)  # channel c of subpixel s
+    want = torch.stack([up[:, :, s] @ w_ctx.t() + b_ctx for s in range(p)], dim=1)  # [3, P, C]
+    wf, bf = vae.pack_fused_ctx_weights(w_up, b_up, w_ctx, b_ctx)
+    assert wf.shape == (p * c, ctx) and bf.shape == (p * c,) and wf.dtype == torch.float64
+    torch.testing.assert_close((x @ wf.t() + bf).view(3, p, c), want, rtol=1e-6, atol=1e-6)  # (fp32 sums)
+    with pytest.raises(ValueError, match="square"):
+        vae.pack_fused_ctx_weights(w_up, b_up, w_ctx[:, :5], b_ctx)
+    with pytest.raises(ValueError, match="multiple of C"):
+        vae.pack_fused_ctx_weights(w_up[:-1], b_up[:-1], w_ctx, b_ctx)
 
 
 def test_all2all_upstream_calls():

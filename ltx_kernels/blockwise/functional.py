@@ -81,7 +81,8 @@ def blockwise_quantize_weights(w: torch.Tensor, block_size=128, scale_max=FP8_SC
     amax = blocks.abs().nan_to_num_(0.0, posinf=math.inf).amax(dim=(-2, -1)).clamp_min_(_ref.AMAX_FLOOR)
     factor = amax.reciprocal() * scale_max
     scaled = (blocks * factor[:, :, None, None]).clamp_(-_ref.FP8_MAX, _ref.FP8_MAX)
-    return scaled.to(torch.float8_e4m3fn).transpose(1, 2).reshape(n, k), factor.reciprocal()
+    # (row-major codes whatever w's strides: a checkpoint stores them as they are)
+    return scaled.to(torch.float8_e4m3fn).transpose(1, 2).reshape(n, k).contiguous(), factor.reciprocal()
 
 
 def fp8_blockwise_quantize_weights_torch(x: torch.Tensor, block_size=128) -> Tuple[torch.Tensor, torch.Tensor]:

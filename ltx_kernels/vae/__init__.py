@@ -4,7 +4,8 @@ answering that this package does not have them.
 Those kernels are built on ``tcgen05`` MMA and Tensor Memory, which only datacenter Blackwell
 (sm_100 / sm_103) has; no GPU this package is built and validated on does. The availability
 predicates answer False, so ltx-core takes its other attention path or raises its own error; the
-kernel entry points raise RuntimeError with :data:`UNSUPPORTED_MESSAGE`.
+kernel entry points raise RuntimeError with :data:`UNSUPPORTED_MESSAGE`. The load-time weight
+transforms (``softmax_row_bound``, ``pack_fused_ctx_weights``) are plain torch and work.
 """
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ UNSUPPORTED_MESSAGE = (
     "tcgen05 MMA and Tensor Memory (datacenter Blackwell, sm_100 / sm_103); use ltx-core's other "
     "VAE attention paths")
 
-# Rows of slack the fused kernel wants past a block volume's end; no fused kernel here, so none.
-OUT_SLACK_ROWS = 0
+from .weights import pack_fused_ctx_weights, softmax_row_bound
+
+# Rows of slack upstream's fused kernel stores past a block volume's end (its 128-row tile);
+# ltx-core sizes the volumes it allocates for that path with it.
+OUT_SLACK_ROWS = 128
 
 
 def gpu_supports_dsl_kernels(device_index: int = 0) -> bool:
@@ -49,8 +53,6 @@ def _unsupported(*args, **kwargs):
 run_block_fna_dsl = _unsupported
 run_na_attention = _unsupported
 run_na_attention_bound = _unsupported
-pack_fused_ctx_weights = _unsupported
-softmax_row_bound = _unsupported
 
 __all__ = [
     "OUT_SLACK_ROWS",
