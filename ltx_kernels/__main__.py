@@ -61,9 +61,11 @@ def _extensions_section(torch, cuda: bool) -> None:
 _ORDER = ("cuda", "triton", "torch", "auto")
 
 
-def _backends_section(cases, inputs, dev) -> None:
+def _backends_section(cases, inputs, dev) -> list:
+    """Prints each op's backends; returns the ops a call without backend= could not run here."""
     print(f"\nbackends per op on {dev} ('auto' takes the first of cuda, triton, torch that can run the "
           f"inputs, unless the tuning cache measured another faster for the shape):")
+    stuck = []
     for case in cases:
         d = inputs[case.name]
         parts = []
@@ -72,7 +74,14 @@ def _backends_section(cases, inputs, dev) -> None:
                 parts.append(f"{be}: -")
             else:
                 parts.append(f"{be}: ok" if not r else f"{be}: no ({'; '.join(r)})")
-        print(f"  {case.name:26s} auto -> {case.auto(d)}\n      " + " | ".join(parts))
+        chosen = case.auto(d)
+        if chosen == "none":
+            stuck.append(case.name)
+        print(f"  {case.name:26s} auto -> {chosen}\n      " + " | ".join(parts))
+    if stuck:
+        print(f"  with LTX_KERNELS_BACKEND={os.environ.get('LTX_KERNELS_BACKEND')}, a call without backend= "
+              f"raises BackendUnavailable for: {', '.join(stuck)}")
+    return stuck
 
 
 def _self_check(cases, inputs) -> tuple[int, list, list]:
@@ -177,8 +186,9 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     cases = _cases.CASES
     inputs = {case.name: case.make(dev, False) for case in cases}
-    _backends_section(cases, inputs, dev)
+    stuck = _backends_section(cases, inputs, dev)
     checked, skipped, failed = _self_check(cases, inputs)
+    failed += [(name, "default", "no backend can run it (LTX_KERNELS_BACKEND)") for name in stuck]
     n_failed = len(failed)
     if cuda:
         n_failed += _all2all_section(torch, not args.no_bench)
