@@ -100,8 +100,9 @@ def _split_kernel(
 
     b3 = bidx[:, None, None]
     t3 = tidx[:, None, None]
-    c = tl.load(cos_ptr + b3 * c_sb + h3 * c_sh + t3 * c_st + j3 * c_sj, mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + b3 * s_sb + h3 * s_sh + t3 * s_st + j3 * s_sj, mask=mask, other=0.0).to(tl.float32)
+    hl = h3.to(tl.int64)  # a head's stride in a materialized [B, H, T, Dh/2] table times H can pass 2^31
+    c = tl.load(cos_ptr + b3 * c_sb + hl * c_sh + t3 * c_st + j3 * c_sj, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + b3 * s_sb + hl * s_sh + t3 * s_st + j3 * s_sj, mask=mask, other=0.0).to(tl.float32)
     o1 = y1 * c - y2 * s
     o2 = y2 * c + y1 * s
     _store_row(out_ptr, r3 * stride_o + col1, o1, mask, OUT_FP8)
