@@ -320,7 +320,8 @@ def build_main(argv) -> int:
         else:
             p, why = _jit.plan(name, archs or None)
             hit = None if (p is None or args.force) else _jit.cached(p)
-            if p is not None and hit is None:
+            failed_before = p is not None and not args.force and (p.folder / "failed.json").exists()
+            if p is not None and hit is None and not failed_before:
                 print(f"{head}: compiling for {', '.join(cfg.sm(a) for a in p.targets)} into {p.folder}", flush=True)
             t0 = time.time()
             path, meta = _jit.ensure(name, archs=archs or None, force=args.force, announce=False,
