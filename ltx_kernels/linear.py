@@ -72,7 +72,7 @@ class BlockwiseLinear(nn.Module):
                  backend: str = "auto"):
         super().__init__()
         in_features, out_features = _check_features(type(self).__name__, in_features, out_features)
-        if backend not in ("auto",) + BACKENDS:
+        if backend is not None and backend not in ("auto",) + BACKENDS:
             raise ValueError(f"backend must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
         if bias:
@@ -106,8 +106,9 @@ class BlockwiseLinear(nn.Module):
             raise NotImplementedError("BlockwiseLinear is a base class: use BlockwiseFP8Linear or BlockwiseFP6Linear")
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
-        w = chk.tensor("linear.weight", linear.weight, dtypes=chk.FLOAT_DTYPES, ndim=2)
-        if transform_weights:
+        w = chk.tensor("linear.weight", linear.weight, ndim=2)
+        if transform_weights:  # (otherwise only its shape and device are used)
+            chk.tensor("linear.weight", w, dtypes=chk.FLOAT_DTYPES)
             bad = int((~torch.isfinite(w.detach())).sum())
             if bad:
                 raise ValueError(f"linear.weight holds {bad} non-finite value(s): their 128x128 blocks would get an "

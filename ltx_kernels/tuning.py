@@ -215,10 +215,18 @@ def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict
     if cfg is not None:
         return cfg
     cfg = lookup(kernel, key, device)
-    if cfg is not None and not set(heuristic) <= set(cfg):  # a record of another version of the kernel
-        _warn_once(cache_dir() / f"{_file_stem(device_name(device))}.json",
-                   f"holds a {kernel} config {cfg} without the keys {sorted(set(heuristic) - set(cfg))}")
-        cfg = None
+    if cfg is not None:
+        # the keys every config of this kernel has (others, like the GEMM's PERSISTENT, are optional):
+        # a record without one is of another version of the kernel
+        required = set(heuristic).intersection(*(candidates() if candidates is not None else ()))
+        if not required <= set(cfg):
+            what = f"{kernel} config {cfg} for {key} lacks {sorted(required - set(cfg))}"
+            if what not in _warned:
+                _warned.add(what)
+                log.warning("the kernel config cache (or the shipped configs) of %s: %s (another version's); "
+                            "using the heuristic config (python -m ltx_kernels.warmup tunes it again)",
+                            device_name(device), what)
+            cfg = None
     if cfg is None:
         cfg = dict(heuristic)
         if (autotune_enabled() and candidates is not None and run is not None and can_time(device)

@@ -432,7 +432,16 @@ def test_malformed_config_cache_is_ignored_with_a_warning(tmp_path, monkeypatch,
         with caplog.at_level(logging.WARNING, logger="ltx_kernels"):
             assert tuning.choose("k", (1,), {"BLOCK": 8}, device="cpu") == {"BLOCK": 8}
             lk.quantize_blockwise(x, backend="triton")
-        assert "cpu.json" in caplog.text and "ignored" in caplog.text, text
+        if "OLD_NAME" in text:
+            assert "lacks ['BLOCK']" in caplog.text and "another version's" in caplog.text
+        else:
+            assert "cpu.json" in caplog.text and "ignored" in caplog.text, text
+    # keys some configs of a kernel have and others not are optional (the GEMM's PERSISTENT)
+    (tmp_path / "cpu.json").write_text('{"configs": {"k|2": {"config": {"BLOCK": 4, "num_warps": 2}}}}')
+    tuning._memory.clear()
+    candidates = lambda: [{"BLOCK": 4}, {"BLOCK": 2, "PERSISTENT": True}]  # noqa: E731
+    assert tuning.choose("k", (2,), {"BLOCK": 8, "PERSISTENT": True}, candidates, device="cpu") == \
+        {"BLOCK": 4, "num_warps": 2}
     tuning._memory.clear()
     tuning._choices.clear()
 

@@ -120,8 +120,11 @@ def test_bad_inputs(device):
     assert lk.BlockwiseFP8Linear(np.int64(128), 128).in_features == 128
     with pytest.raises(ValueError, match="backend must be one of"):
         lk.BlockwiseFP8Linear(128, 128, backend="gpu")
+    assert lk.BlockwiseFP8Linear(128, 128, backend=None).backend is None  # (LTX_KERNELS_BACKEND's default)
     with pytest.raises(TypeError, match="linear.weight must have dtype"):
         lk.BlockwiseFP8Linear.from_linear(nn.Linear(128, 128, dtype=torch.float64))
+    # without transforming, only the linear's shape and device are read (ltx-core's meta load)
+    assert lk.BlockwiseFP8Linear.from_linear(nn.Linear(128, 128, dtype=torch.float64), False).in_features == 128
     bad = nn.Linear(128, 128)
     with torch.no_grad():
         bad.weight[3, 5] = float("inf")

@@ -53,10 +53,11 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), cfg, sms,
                                           at::cuda::getCurrentCUDAStream());
   if (err != nullptr) {
-    // a runtime call that failed left its error as the thread's last one: take it, or the next
-    // launch check (torch's, in whatever op runs next) would report it as its own
-    (void)cudaGetLastError();
-    TORCH_CHECK(false, "fp8_gemm_nt (sm90): ", err);
+    // a runtime call that failed left its error as the thread's last one: take it (into the
+    // message), or the next launch check (torch's, in whatever op runs next) would report it as its own
+    const cudaError_t last = cudaGetLastError();
+    TORCH_CHECK(false, "fp8_gemm_nt (sm90): ", err, last != cudaSuccess ? " (" : "",
+                last != cudaSuccess ? cudaGetErrorString(last) : "", last != cudaSuccess ? ")" : "");
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
