@@ -351,3 +351,27 @@ def test_forced_k_slices_must_divide_k(monkeypatch):
             gemm.sm90_split_k(256, 4096, 384, (128, 128, 1), 132)
     finally:
         gemm._forced.cache_clear()
+
+
+def test_every_shipped_config_is_taken(monkeypatch, tmp_path):
+    """The H200's shipped GEMM records (persistent or not) pass the cache's staleness check."""
+    from ltx_kernels import tuning
+    from ltx_kernels.triton import fp8_gemm
+
+    monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "device_name", lambda device=None: "NVIDIA H200")
+    shipped, _ = tuning.tables("NVIDIA H200")
+    records = {k: r for k, r in shipped.items() if k.startswith("fp8_gemm_nt|")}
+    assert len(records) > 20
+    tuning._memory.clear()
+    try:
+        for entry, rec in records.items():
+            n, k, m = (int(v) for v in entry.split("|")[1].split(","))
+            for tma in (True, False):
+                tuning._choices.clear()
+                got = tuning.choose("fp8_gemm_nt", (n, k, m), fp8_gemm.heuristic(m, n, k, tma),
+                                    lambda: fp8_gemm.candidates(m, tma))
+                assert got == rec["config"], entry
+    finally:
+        tuning._memory.clear()
+        tuning._choices.clear()
