@@ -257,6 +257,10 @@ def dequantize(q: torch.Tensor, scales: torch.Tensor, out_dtype) -> torch.Tensor
 def adanorm_u(x, scale, shift, eps) -> Noisy:
     """u = rms_norm(x) * (1 + scale) + shift."""
     y = _rms_normalised(x, None, eps)
+    # The kernels form y in fp32 before they multiply: a y below half its smallest subnormal (a row
+    # whose other values are 2^150 times larger) is 0 there, so an infinite (1 + scale) gives NaN,
+    # not inf. The same here.
+    y = torch.where(y.abs() <= 2.0 ** -150, y * 0.0, y)
     a = y * (1.0 + f64(scale))
     sh = f64(shift).expand_as(a)
     u = a + sh

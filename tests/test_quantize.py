@@ -523,3 +523,19 @@ def test_upstream_names_check_their_arguments(device):
     y[0, 0] = float("nan")
     q, s = T.rowwise_int_quantize_triton(y)  # NaN leaves its row's scale to the other values
     assert torch.equal(s[0], y[0, 1:].abs().amax() / 127) and q[0, 0] == 0
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_adanorm_infinite_scale_where_the_norm_underflows(device, backend):
+    """A row 1e76 times larger in one place than elsewhere: the normalised values there are 0 in
+    fp32, so an infinite (1 + scale) on them gives NaN (ignored by the absmax), not inf (which
+    would zero the block). Found by the property test under the gpu profile."""
+    import oracle
+
+    x = torch.full((1, 1, 128), 1e-38, device=device).to(BF16)
+    x[0, 0, 5] = 3e38
+    scale, shift = torch.randn(1, 1, 128, device=device).to(BF16), torch.randn(1, 1, 128, device=device).to(BF16)
+    scale[0, 0, 13] = float("inf")
+    q, s = lk.quantize_adanorm(x, scale, shift, backend=backend)
+    oracle.assert_quantized(q, s, oracle.adanorm_u(x, scale, shift, 1e-6), 448.0, "adanorm")
+    assert q[0, 0, 13].float().isnan() and s.isfinite().all()
