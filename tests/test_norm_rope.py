@@ -296,3 +296,16 @@ def test_split_triton_refuses_a_padded_row_past_its_registers():
 
     assert padded(17, 1922) and "padded to 65536" in padded(17, 1922)[0]
     assert not padded(32, 128) and not padded(16, 2048)  # LTX-2's heads; a 32768 tile exactly
+
+
+def test_fp8_output_needs_sm89_on_the_triton_path(monkeypatch):
+    """Triton stores e4m3 from sm_89 on: with out_fp8 the Triton backend asks for it (an A100 then
+    takes the torch backend instead of failing to compile); bf16 output needs sm_80."""
+    asked = []
+    monkeypatch.setattr(norm_rope, "triton_reasons", lambda *t, min_arch: asked.append(min_arch) or [])
+    x, c = torch.zeros(1, 2, 128, dtype=BF16), torch.zeros(1, 2, 2, 32, dtype=BF16)
+    for op in (norm_rope.interleaved_op, norm_rope.split_op):
+        freqs = c if op is norm_rope.split_op else torch.zeros(128, dtype=BF16)
+        for out_fp8 in (True, False):
+            op.backends["triton"].reasons(x, freqs, freqs, None, out_fp8, 1e-6)
+    assert asked == [(8, 9), (8, 0), (8, 9), (8, 0)]
