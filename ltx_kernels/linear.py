@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import _checks as chk
-from ._dispatch import BACKENDS
+from ._dispatch import resolve_backend_name
 from .fp6 import fp6_pack, fp6_unpack
 from .gemm import fp8_gemm_nt
 from .quantize import FP6_SCALE_MAX, FP8_SCALE_MAX, quantize_blockwise, quantize_weights_blockwise
@@ -72,8 +72,8 @@ class BlockwiseLinear(nn.Module):
                  backend: str = "auto"):
         super().__init__()
         in_features, out_features = _check_features(type(self).__name__, in_features, out_features)
-        if backend is not None and backend not in ("auto",) + BACKENDS:
-            raise ValueError(f"backend must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
+        if backend not in (None, "auto"):  # (the default's LTX_KERNELS_BACKEND is read per call)
+            resolve_backend_name(backend)
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
         if bias:
             self.bias = nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device),

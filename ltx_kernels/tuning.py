@@ -27,7 +27,7 @@ from .triton import next_pow2
 _SHIPPED = Path(__file__).with_name("configs")
 _lock = threading.Lock()
 _memory: dict[str, dict] = {}
-_unwritable: set = set()  # cache files a store could not write (warned once each)
+_warned: set = set()  # what _warn_once has said
 
 
 def cache_dir() -> Path:
@@ -66,23 +66,23 @@ def _load(path: Path) -> dict:
         return {}
     configs = data.get("configs") if isinstance(data, dict) else None
     if not isinstance(configs, dict):
-        _warn_once(path, "has no \"configs\" table")
+        _warn_once((path, "table"), "kernel config cache %s has no \"configs\" table: ignored (delete the file to "
+                   "start over)", path)
         return {}
     good = {k: r for k, r in configs.items() if isinstance(k, str) and isinstance(r, dict)
             and isinstance(r.get("config"), dict)
             and all(isinstance(v, (int, float, str, bool)) for v in r["config"].values())}
     if len(good) < len(configs):
-        _warn_once(path, f"has {len(configs) - len(good)} malformed record(s)")
+        _warn_once((path, "records"), "kernel config cache %s has %d malformed record(s): ignored (delete the file "
+                   "to start over)", path, len(configs) - len(good))
     return good
 
 
-_warned: set = set()
-
-
-def _warn_once(path, what: str) -> None:
-    if (path, what) not in _warned:
-        _warned.add((path, what))
-        log.warning("kernel config cache %s %s: ignored (delete the file to start over)", path, what)
+def _warn_once(key, msg: str, *args) -> None:
+    """log.warning(msg, *args), the first time for ``key`` in this process."""
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(msg, *args)
 
 
 def _table(dev: str) -> dict:
@@ -148,10 +148,8 @@ def store(kernel: str, key, config: dict, ms: float, device=None, extra: dict | 
                     json.dump({"device": dev, "configs": on_disk}, f, indent=1, sort_keys=True)
                 os.replace(tmp, path)
         except OSError as e:  # a read-only or full cache: this process still uses the record
-            if path not in _unwritable:
-                _unwritable.add(path)
-                log.warning("cannot write the kernel config cache %s (%s); tuned configs are kept for this "
-                            "process only (LTX_KERNELS_CACHE_DIR moves the cache)", path, e)
+            _warn_once((path, "unwritable"), "cannot write the kernel config cache %s (%s); tuned configs are kept "
+                       "for this process only (LTX_KERNELS_CACHE_DIR moves the cache)", path, e)
         table[entry_key(kernel, key)] = record
         _choices.clear()
         forget_choices()
@@ -220,12 +218,10 @@ def choose(kernel: str, key, heuristic: dict, candidates: Callable[[], list[dict
         # a record without one is of another version of the kernel
         required = set(heuristic).intersection(*(candidates() if candidates is not None else ()))
         if not required <= set(cfg):
-            what = f"{kernel} config {cfg} for {key} lacks {sorted(required - set(cfg))}"
-            if what not in _warned:
-                _warned.add(what)
-                log.warning("the kernel config cache (or the shipped configs) of %s: %s (another version's); "
-                            "using the heuristic config (python -m ltx_kernels.warmup tunes it again)",
-                            device_name(device), what)
+            _warn_once(("stale",) + memo_key, "the kernel config cache (or the shipped configs) of %s: %s config "
+                       "%s for %s lacks %s (another version's); using the heuristic config (python -m "
+                       "ltx_kernels.warmup tunes it again)", device_name(device), kernel, cfg, key,
+                       sorted(required - set(cfg)))
             cfg = None
     if cfg is None:
         cfg = dict(heuristic)

@@ -78,13 +78,10 @@ def _fake(op):
 
 
 def even_out_shape(op, shape, world):
-    """out_shape when every rank holds shape[1] tokens (gather_heads: shape[1] = T = W * c)."""
-    b, n, h, d = shape
-    if op == "send_recv_heads":
-        return (b, n * world, h // world, d)
-    if op == "gather_heads":
-        return (b, n // world, h * world, d)
-    return (b, n * world, h, d)
+    """out_shape when every rank holds the same count: shape[1], or for gather_heads shape[1] / W
+    (its input holds all T = W * c tokens)."""
+    c = shape[1] // world if op == "gather_heads" else shape[1]
+    return out_shape(op, shape, [c] * world, 0)
 
 
 def _fake_even(op):
