@@ -64,7 +64,8 @@ def test_fp6(rec, kind):
                     op="fp6_unpack", shape=f"{m}x{n}")
 
 
-@pytest.mark.parametrize("op", ["quantize_blockwise", "quantize_adanorm", "gated_attention", "quantize_rms_fma"])
+@pytest.mark.parametrize("op", ["quantize_blockwise", "quantize_blockwise_gelu", "quantize_adanorm", "gated_attention",
+                                "quantize_rms_fma"])
 @pytest.mark.parametrize("k", [4096])
 def test_quantize_family(rec, op, k):
     t = 32768
@@ -72,8 +73,11 @@ def test_quantize_family(rec, op, k):
     sc = torch.randn(1, 1, k, device=DEV, dtype=BF16) * 0.1
     sh = torch.randn(1, 1, k, device=DEV, dtype=BF16) * 0.1
     out_bytes = x.numel() + x.numel() / 128 * 4
-    if op == "quantize_blockwise":
-        fn, rfn, nbytes = (lambda: lk.quantize_blockwise(x)), (lambda: ref.quantize_blockwise(x)), x.numel() * 2
+    if op in ("quantize_blockwise", "quantize_blockwise_gelu"):
+        gelu = op.endswith("gelu")
+        fn = lambda: lk.quantize_blockwise(x, gelu=gelu)  # noqa: E731
+        rfn = lambda: ref.quantize_blockwise(x, gelu=gelu)  # noqa: E731
+        nbytes = x.numel() * 2
     elif op == "quantize_adanorm":
         fn = lambda: lk.quantize_adanorm(x, sc, sh)  # noqa: E731
         rfn = lambda: ref.quantize_adanorm(x, sc, sh)  # noqa: E731
