@@ -156,6 +156,19 @@ def test_adanorm_kernel_variants(device, cfg, per_token, b, t):
     _check_layout(s, m, h // 128)
 
 
+def test_adanorm_shared_modulation_needs_a_grid_row_a_sample():
+    """The shared-modulation kernel runs one grid row per sample: more samples than CUDA's grid y
+    limit take the per-row kernels (a [65536, 1, h] input with [65536, 1, h] modulation)."""
+    from ltx_kernels.triton import quantize as kq
+
+    shared = (None, 1, 128, 0)  # one token a sample, scale / shift rows 128 apart: shared per sample
+    assert kq.shared_modulation(kq.MAX_GRID_Y, shared, shared)
+    assert not kq.shared_modulation(kq.MAX_GRID_Y + 1, shared, shared)
+    per_token = (None, 4, 512, 128)
+    assert not kq.shared_modulation(8, per_token, per_token)
+    assert not kq.shared_modulation(6, (None, 4, 128, 0), (None, 4, 128, 0))  # not whole samples
+
+
 @pytest.mark.parametrize("inplace", [True, False])
 def test_rms_fma(device, inplace):
     b, t, h = 2, 3, 256

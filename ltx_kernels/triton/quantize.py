@@ -310,6 +310,18 @@ def quantize(x2, q2, sbuf, scale_max: float, gelu: bool, cfg: dict | None = None
     return launch(cfg)
 
 
+# CUDA's limit on a grid's y dimension: the shared-modulation kernel runs one program row per sample
+MAX_GRID_Y = 65535
+
+
+def shared_modulation(m: int, sc_map, sh_map) -> bool:
+    """Whether scale and shift are shared by each sample's tokens (zero token stride, the same
+    tokens per sample for both, whole samples), with few enough samples for one grid row each:
+    then the shared-modulation kernel can read them once for many rows."""
+    (_, sci, _, scs), (_, shi, _, shs) = sc_map, sh_map
+    return scs == 0 and shs == 0 and sci == shi and m % sci == 0 and m // sci <= MAX_GRID_Y
+
+
 def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float, cfg: dict | None = None):
     """Three kernels: whole rows with per-row modulation offsets; rows in column chunks read twice
     (two-pass); or, when the modulation is shared by each sample's tokens, programs that read it
@@ -322,7 +334,7 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
     kb = k // 128
     kb_pad = next_pow2(kb)
     m_pad = sbuf.shape[1]
-    bcast = scs == 0 and shs == 0 and sci == shi and m % sci == 0
+    bcast = shared_modulation(m, sc_map, sh_map)
     n_samples, tokens = (m // sci, sci) if bcast else (1, m)
 
     def launch(c):
