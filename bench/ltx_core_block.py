@@ -60,7 +60,10 @@ separately (``setup_s``). Then ``--warmup`` calls, then ``--rounds`` rounds; eac
 entry (bf16 = ltx-core's pure PyTorch path, fp8/fp6 x package) for ``--iters`` timed calls, the
 entry order rotating from round to round, so both packages see the same clock (the GPU follows a
 power limit; only same-run ratios mean anything). Reported: median over all calls, the per-round
-medians, and ours/upstream as the median of per-round ratios. While each entry's timed calls run,
+medians, and ours/upstream as the median of per-round ratios with its distribution-free 95 %
+interval (order statistics; ``ci95``). The board's clock wanders over tens of milliseconds, so
+many short rounds (``--rounds 40 --iters 1``: every call next to the other package's) give a
+tighter ratio than few long ones for the same number of calls. While each entry's timed calls run,
 NVML's SM clock and board power are sampled every 5 ms (``tools/nvml_clock.py``; per-round
 medians in ``round_mhz`` / ``round_watts``, and ours/upstream's clock ratio beside the time
 ratio): at the power limit a package whose kernels draw more power per FLOP gets a lower clock
@@ -645,6 +648,22 @@ def round_ratios(r: dict, other: dict) -> list[float]:
     return [a / b for a, b in zip(r["round_medians_ms"], other["round_medians_ms"])]
 
 
+def median_ci(values: list[float], conf: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval of the median: the order statistics x[j] and
+    x[n-1-j] with the largest j whose coverage 1 - 2 P(B <= j), B ~ Binomial(n, 1/2), still reaches
+    ``conf``. None below 6 values (then no pair of order statistics reaches 95 %)."""
+    x, n = sorted(values), len(values)
+    if n < 6:
+        return None
+    j, tail = 0, 0.5 ** n  # tail = P(B <= j)
+    while True:
+        nxt = tail + math.comb(n, j + 1) * 0.5 ** n
+        if 1 - 2 * nxt < conf:
+            break
+        j, tail = j + 1, nxt
+    return x[j], x[n - 1 - j]
+
+
 def ratios(records: list[dict]) -> list[dict]:
     """ours / upstream per (variant, T, mode), for each of this package's entries (the host's tiles,
     and each forced tile): median of the per-round ratios (same clock)."""
@@ -656,7 +675,7 @@ def ratios(records: list[dict]) -> list[dict]:
             continue
         rr = round_ratios(r, up)
         rec = {"variant": v, "package": p, "tokens": t, "mode": m, "ours_over_upstream": statistics.median(rr),
-               "round_ratios": rr}
+               "ci95": median_ci(rr), "round_ratios": rr}
         # the SM clock each ran at, ours / upstream per round: under the power limit the clock follows
         # the power the kernels draw, so this says how much of a time ratio is clock
         pairs = [(x, a / b) for x, a, b in zip(rr, r.get("round_mhz") or [], up.get("round_mhz") or []) if a and b]
@@ -919,11 +938,13 @@ def print_tables(res: dict) -> None:
             print(f"| {v} | {p} | {t} | " + " | ".join(cells) + " |")
         if res["ratios"]:
             print("\n| variant | package | T | mode | ours / upstream time (median of per-round ratios) |"
-                  " SM clock ours / upstream | SM cycles ours / upstream |\n|---|---|---:|---|---:|---:|---:|")
+                  " its 95 % interval | SM clock ours / upstream | SM cycles ours / upstream |"
+                  "\n|---|---|---:|---|---:|---|---:|---:|")
             for r in res["ratios"]:
                 clock, cycles = r.get("clock_ours_over_upstream"), r.get("cycles_ours_over_upstream")
+                ci = r.get("ci95")
                 print(f"| {r['variant']} | {r.get('package', 'ours')} | {r['tokens']} | {r['mode']} | "
-                      f"{r['ours_over_upstream']:.3f} | "
+                      f"{r['ours_over_upstream']:.3f} | " + (f"{ci[0]:.3f}-{ci[1]:.3f} | " if ci else "- | ")
                       + (f"{clock:.3f} | {cycles:.3f} |" if clock and cycles else "- | - |"))
         for c in res.get("process_control", []):
             print(f"\nbf16 in the {c['processes'][0]} process / the {c['processes'][1]} process, T={c['tokens']} "

@@ -79,3 +79,10 @@ def test_merge_and_process_control():
     assert res["notes"] == ["ours process: n"] and res["errors"][0]["what"] == "upstream process: w"
     assert res["ops_registered"] == {"ours": ["a"], "upstream": ["b"]}
     blk.print_tables(res)  # prints the control line
+
+
+def test_median_ci_order_statistics():
+    assert blk.median_ci([1.0] * 5) is None
+    assert blk.median_ci([3.0, 1.0, 2.0, 8.0, 5.0, 4.0, 7.0, 6.0]) == (1.0, 8.0)  # n = 8: 99.2 %, the next pair 93 %
+    values = [float(v) for v in range(40)]
+    assert blk.median_ci(values[::-1]) == (13.0, 26.0)  # n = 40: 96.2 %, the next pair 91.9 %
