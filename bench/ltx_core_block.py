@@ -61,9 +61,10 @@ entry (bf16 = ltx-core's pure PyTorch path, fp8/fp6 x package) for ``--iters`` t
 entry order rotating from round to round, so both packages see the same clock (the GPU follows a
 power limit; only same-run ratios mean anything). Reported: median over all calls, the per-round
 medians, and ours/upstream as the median of per-round ratios with its distribution-free 95 %
-interval (order statistics; ``ci95``). The board's clock wanders over tens of milliseconds, so
-many short rounds (``--rounds 40 --iters 1``: every call next to the other package's) give a
-tighter ratio than few long ones for the same number of calls. While each entry's timed calls run,
+interval (order statistics; ``ci95``). With 8 rounds that interval is the rounds' whole range;
+many short rounds (``--rounds 40 --iters 1``: every call next to the other package's, as many
+calls) give a narrower one and cancel drifts slower than one call (not yet measured against the
+long rounds). While each entry's timed calls run,
 NVML's SM clock and board power are sampled every 5 ms (``tools/nvml_clock.py``; per-round
 medians in ``round_mhz`` / ``round_watts``, and ours/upstream's clock ratio beside the time
 ratio): at the power limit a package whose kernels draw more power per FLOP gets a lower clock
