@@ -76,13 +76,13 @@ def _interleaved_torch(x, cos_freqs, sin_freqs, weights, out_fp8, eps):
     return ref.rms_norm_rope(x, cos_freqs, sin_freqs, weights, out_fp8, eps)
 
 
-def _fp8_arch(out_fp8) -> tuple:
+def _triton_min_arch(out_fp8) -> tuple:
     """The Triton kernels need sm_89+ to store e4m3, sm_80+ otherwise."""
     return (8, 9) if out_fp8 else (8, 0)
 
 
 def _interleaved_triton_reasons(x, c, s, w, out_fp8=False, *_):
-    r = triton_reasons(x, c, s, w, min_arch=_fp8_arch(out_fp8))
+    r = triton_reasons(x, c, s, w, min_arch=_triton_min_arch(out_fp8))
     if x.shape[-1] > MAX_TRITON_ROW:
         r.append(f"D={x.shape[-1]} > {MAX_TRITON_ROW} (row must fit in registers)")
     return r
@@ -90,7 +90,7 @@ def _interleaved_triton_reasons(x, c, s, w, out_fp8=False, *_):
 
 def _split_triton_reasons(x, c, s, w, out_fp8=False, *_):
     """The kernel holds a row as [H, Dh/2] x 2 halves, each dim padded to a power of two."""
-    r = triton_reasons(x, c, s, w, min_arch=_fp8_arch(out_fp8))
+    r = triton_reasons(x, c, s, w, min_arch=_triton_min_arch(out_fp8))
     nh = c.shape[1]
     tile = next_pow2(nh) * next_pow2(x.shape[-1] // nh // 2) * 2
     if tile > MAX_TRITON_ROW:

@@ -354,7 +354,8 @@ def quantize_adanorm(x2, sc_map, sh_map, q2, sbuf, eps: float, scale_max: float,
 
     if cfg is not None:
         if cfg.get("KIND") == "bcast" and not bcast:
-            raise ValueError("the shared-modulation kernel needs scale/shift shared by each sample's tokens")
+            raise ValueError("the shared-modulation kernel needs scale/shift shared by each sample's tokens, "
+                             f"whole samples and at most {MAX_GRID_Y} of them")
         return launch(cfg)
     key = ("adanorm", k, str(x2.dtype)) + (("shared_mod",) if bcast else ())
     cfg = tuning.choose("quantize", key, _row_cfg(kb_pad), lambda: adanorm_candidates(kb_pad, bcast),
