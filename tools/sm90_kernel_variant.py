@@ -40,6 +40,14 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              box before it is rewritten (what the epilogue's store waits cost at most)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
              share the rows), instead of each CTA loading the same 1 KB
+  splitepi   two-wave tiles (256x128), whole-ring loop: wave w's part of the previous tile's
+             epilogue runs under the next tile's wave-w wgmma, instead of the whole epilogue under
+             wave 0's (twice the tensor work to hide it under; the whole-ring tiles have BN = 128,
+             so the next tile's promotion needs nothing begin_tile sets before its last wave); the
+             next stage is acquired after that part, so its scales are not live during it
+  stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
+             (which otherwise coincide: every consumer finishes the same tile at once) start apart
+             and one consumer's wgmma run while another stores
 """
 from __future__ import annotations
 
@@ -192,6 +200,40 @@ SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM
 """)]
 
 
+_EPI_HEAD = "    auto epilogue = [&] {\n"
+_EPI_SPLITK_W = ("        for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n"
+                 "          for (int h = 0; h < 2; ++h) {\n")
+_EPI_BIAS = "        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);\n"
+_EPI_W = ("      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n"
+          "        for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {\n")
+_EPI_RING_CALL = (_ACQ_RING + _EPILOGUE_RING + "            epilogue();\n            unit += num_clusters;\n"
+                  "            begin_tile();\n          }\n")
+SPLITEPI = [
+    (_EPI_HEAD, "    auto epilogue = [&](int only_w) {  // only_w: that wave's part alone; -1: every wave\n"),
+    (_EPI_SPLITK_W, _EPI_SPLITK_W.replace("{\n#pragma", "{\n          if (only_w >= 0 && w != only_w) continue;\n#pragma", 1)),
+    (_EPI_BIAS, _EPI_BIAS.replace("if (t + ", "if (only_w <= 0 && t + ")),
+    (_EPI_W, _EPI_W.replace("{\n#pragma", "{\n        if (only_w >= 0 && w != only_w) continue;\n#pragma", 1)),
+    (_EPI_RING_CALL,
+     "          if (close_previous) {  // wave w's part of the previous tile's epilogue, under its wgmma\n"
+     "            epilogue(w);\n"
+     "            if (w == kWaves - 1) {\n"
+     "              unit += num_clusters;\n"
+     "              begin_tile();\n"
+     "            }\n"
+     "          }\n" + _ACQ_RING),  # the next stage acquired after the epilogue: its scales not live in it
+]
+
+
+def _stagger(cycles: int):
+    return [("    const int c = wg - 1;\n",
+             "    const int c = wg - 1;\n"
+             f"    if (c > 0) {{  // consumer c starts c x {cycles} cycles late\n"
+             "      const long long t0 = clock64();\n"
+             f"      while (clock64() - t0 < {cycles}LL * c) {{\n"
+             "      }\n"
+             "    }\n")]
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -207,6 +249,9 @@ REPLACEMENTS = {
     "epiwait": EPIWAIT,
     "nostorewait": [(_BOX_WAIT, "")],
     "samc": SAMC,
+    "splitepi": SPLITEPI,
+    "stagger": _stagger(1024),
+    "stagger2": _stagger(2048),
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
@@ -219,6 +264,8 @@ def structural(src: str, variant: str) -> str:
         return rewrite(src, variant)
     for old, new in REPLACEMENTS[variant]:
         src = replace_once(src, old, new, variant)
+    if variant == "splitepi":
+        src = src.replace("epilogue();", "epilogue(-1);")
     return src
 
 
