@@ -415,27 +415,28 @@ def test_torch_backend_records_no_autograd_history(device):
     assert not any(o.requires_grad for o in outs)
 
 
-def test_malformed_config_cache_is_ignored_with_a_warning(tmp_path, monkeypatch, caplog):
+def test_malformed_config_cache_is_ignored_with_a_warning(tmp_path, monkeypatch, caplog, device):
     """A hand-edited cache, or one of another version (a config without the keys the kernel reads
     now): the op runs with its heuristic config, and a warning names the file."""
     from ltx_kernels import tuning
 
     monkeypatch.setenv("LTX_KERNELS_CACHE_DIR", str(tmp_path))
-    x = torch.randn(3, 256)
+    cache = f"{tuning._file_stem(tuning.device_name(device))}.json"  # the cache of the device under test
+    x = torch.randn(3, 256, device=device)
     for text in ('{"configs": null}', '{"configs": [1]}', '{"configs": {"quantize|x": 1}}',
                  '{"configs": {"k|1": {"config": {"OLD_NAME": 3}}}}'):
-        (tmp_path / "cpu.json").write_text(text)
+        (tmp_path / cache).write_text(text)
         tuning._memory.clear()
         tuning._choices.clear()
         tuning._warned.clear()  # (each file warns once a process)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="ltx_kernels"):
-            assert tuning.choose("k", (1,), {"BLOCK": 8}, device="cpu") == {"BLOCK": 8}
+            assert tuning.choose("k", (1,), {"BLOCK": 8}, device=device) == {"BLOCK": 8}
             lk.quantize_blockwise(x, backend="triton")
         if "OLD_NAME" in text:
             assert "lacks ['BLOCK']" in caplog.text and "another version's" in caplog.text
         else:
-            assert "cpu.json" in caplog.text and "ignored" in caplog.text, text
+            assert cache in caplog.text and "ignored" in caplog.text, text
     # keys some configs of a kernel have and others not are optional (the GEMM's PERSISTENT)
     (tmp_path / "cpu.json").write_text('{"configs": {"k|2": {"config": {"BLOCK": 4, "num_warps": 2}}}}')
     tuning._memory.clear()
