@@ -6,7 +6,7 @@ Usage
 -----
     python bench/ltx_core_block.py --ltx2 /tmp/ltx2 --upstream-path "$(bash tools/upstream/build_upstream.sh)" \\
         --json out.json [--tokens 8192,32768] [--blocks 2] [--variants bf16,fp8,fp6] \\
-        [--modes eager,graph,full,compile,captured] [--rounds 5] [--iters 5] [--profile] [--budget-s 540] \\
+        [--modes eager,graph,full,compile,captured] [--rounds 40] [--iters 1] [--profile] [--budget-s 540] \\
         [--ours-sm90-tiles 256x128x2,192x128x1] [--split-processes]
     python bench/ltx_core_block.py --ltx2 /work/up --smoke [--time] # CPU, TRITON_INTERPRET=1, ~1 min
     python bench/ltx_core_block.py --report out.json                # the tables of an earlier run
@@ -61,10 +61,10 @@ entry (bf16 = ltx-core's pure PyTorch path, fp8/fp6 x package) for ``--iters`` t
 entry order rotating from round to round, so both packages see the same clock (the GPU follows a
 power limit; only same-run ratios mean anything). Reported: median over all calls, the per-round
 medians, and ours/upstream as the median of per-round ratios with its distribution-free 95 %
-interval (order statistics; ``ci95``). With 8 rounds that interval is the rounds' whole range;
-many short rounds (``--rounds 40 --iters 1``: every call next to the other package's, as many
-calls) give a narrower one and cancel drifts slower than one call (not yet measured against the
-long rounds). While each entry's timed calls run,
+interval (order statistics; ``ci95``). Rounds are many and short by default (40 rounds of one
+call: every call next to the other package's), which cancels drifts slower than one call: on an
+H100 the eager intervals came out 1.1-2.4 % wide, where 8 rounds of 5 calls had given 4.7-13 % on
+the H200 (with 8 rounds the interval is the rounds' whole range). While each entry's timed calls run,
 NVML's SM clock and board power are sampled every 5 ms (``tools/nvml_clock.py``; per-round
 medians in ``round_mhz`` / ``round_watts``, and ours/upstream's clock ratio beside the time
 ratio): at the power limit a package whose kernels draw more power per FLOP gets a lower clock
@@ -973,8 +973,8 @@ def parse_args(argv=None):
     ap.add_argument("--packages", default="ours,upstream")
     ap.add_argument("--modes", default="eager,graph,full,compile,captured")
     ap.add_argument("--no-time", action="store_true", help="accuracy only")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=5, help="timed calls per entry per round")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--iters", type=int, default=1, help="timed calls per entry per round")
     ap.add_argument("--warmup", type=int, default=2, help="calls after the first, before timing")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-tokens", help="token counts profiled, comma-separated (default: the largest of --tokens)")
