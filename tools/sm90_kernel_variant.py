@@ -209,7 +209,7 @@ _EPI_W = ("      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n"
 _EPI_RING_CALL = (_ACQ_RING + _EPILOGUE_RING + "            epilogue();\n            unit += num_clusters;\n"
                   "            begin_tile();\n          }\n")
 SPLITEPI = [
-    (_EPI_HEAD, "    auto epilogue = [&](int only_w) {  // only_w: that wave's part alone; -1: every wave\n"),
+    (_EPI_HEAD, "    auto epilogue = [&](int only_w = -1) {  // only_w: that wave's part alone; -1: every wave\n"),
     (_EPI_SPLITK_W, _EPI_SPLITK_W.replace("{\n#pragma", "{\n          if (only_w >= 0 && w != only_w) continue;\n#pragma", 1)),
     (_EPI_BIAS, _EPI_BIAS.replace("if (t + ", "if (only_w <= 0 && t + ")),
     (_EPI_W, _EPI_W.replace("{\n#pragma", "{\n        if (only_w >= 0 && w != only_w) continue;\n#pragma", 1)),
@@ -264,8 +264,6 @@ def structural(src: str, variant: str) -> str:
         return rewrite(src, variant)
     for old, new in REPLACEMENTS[variant]:
         src = replace_once(src, old, new, variant)
-    if variant == "splitepi":
-        src = src.replace("epilogue();", "epilogue(-1);")
     return src
 
 
