@@ -48,12 +48,6 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
-  streamk    tiles 256x128 / 192x128 (whole-ring loop, one CTA): stream-K for the ragged last wave.
-             lib:NAME@BMxBNx1/2 puts the last whole wave and the ragged one, /3 the ragged one alone,
-             as one run of ring revolutions split evenly over the CTAs; a CTA whose run begins inside
-             a tile leaves its fp32 share in the workspace (flags first: zeroed once, each reset by
-             its reader) for the CTA that holds the tile's first K block (no second launch). Other
-             split counts and configs are refused
 """
 from __future__ import annotations
 
@@ -240,187 +234,6 @@ def _stagger(cycles: int):
              "    }\n")]
 
 
-_SK_HELPERS = """__device__ __forceinline__ int ld_acquire_gpu(const int* ptr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_gpu(int* ptr, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_relaxed_gpu(int* ptr, int v) {
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-"""
-_SK_SCHEDULE = """  const int kblocks = p.K / BK / p.splits, nblocks128 = p.N / 128;  // K blocks per work unit
-  // Stream-K (p.splits = 2: the last whole wave and the ragged one; 3: the ragged wave alone): the
-  // tiles [dp, tiles) as one run of ring revolutions split evenly over the CTAs, in order, after
-  // each CTA's whole tiles dp / num_clusters. A CTA whose run begins inside a tile leaves its share
-  // in the workspace (4096 flags, then one BM x BN fp32 slot a CTA) for the CTA whose run holds the
-  // tile's first K block, which adds it before its epilogue. Whole-ring configs only (K blocks a
-  // multiple of the ring, every piece a whole number of revolutions).
-  const int tiles = num_m * num_groups, kb_all = p.K / BK, revs_tile = kb_all / kStages;
-  int dp = tiles;
-  if (p.splits > 1 && tiles > num_clusters && tiles % num_clusters != 0)
-    dp = (tiles / num_clusters - (p.splits == 2 ? 1 : 0)) * num_clusters;
-  const int sk_revs = (tiles - dp) * revs_tile;
-  auto sk_start = [&](int j) {  // CTA j's first revolution of the run
-    return static_cast<int>(static_cast<int64_t>(sk_revs) * j / num_clusters);
-  };
-  const int my_dp = cluster_id < dp ? (dp - 1 - cluster_id) / num_clusters + 1 : 0;
-  // this CTA's pieces of work: its whole tiles, then one piece a tile its run touches
-  const int sk_s = sk_start(cluster_id), sk_e = sk_start(cluster_id + 1);
-  const int my_pieces = my_dp + (sk_e > sk_s ? (sk_e - 1) / revs_tile - sk_s / revs_tile + 1 : 0);
-  auto piece = [&](int q, int& tile, int& kb0, int& kb1) {  // piece q: tile's K blocks [kb0, kb1)
-    if (q < my_dp) {
-      tile = cluster_id + q * num_clusters, kb0 = 0, kb1 = kb_all;
-      return;
-    }
-    const int tl = sk_s / revs_tile + (q - my_dp), base = tl * revs_tile;
-    tile = dp + tl;
-    kb0 = (max(sk_s, base) - base) * kStages, kb1 = (min(sk_e, base + revs_tile) - base) * kStages;
-  };
-  int* const sk_flags = reinterpret_cast<int*>(p.ws);
-  float* const sk_ws = p.ws + 4096;
-"""
-STREAMK = [
-    ("// A read-only load that the compiler keeps where it is written",
-     _SK_HELPERS + "// A read-only load that the compiler keeps where it is written"),
-    ("  const int kblocks = p.K / BK / p.splits, nblocks128 = p.N / 128;  // K blocks per work unit\n", _SK_SCHEDULE),
-    # producer: the whole tiles, then the run's pieces
-    ("""      for (int unit = cluster_id; unit < num_units; unit += num_clusters) {
-        int m_blk, n_grp;
-        unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);
-        const int kb0 = unit % p.splits * kblocks;  // the unit's first K block
-""", """      for (int q = 0; q < my_pieces; ++q) {
-        int tile, kb0, kb1;
-        piece(q, tile, kb0, kb1);
-        int m_blk, n_grp;
-        unit_coords(tile, num_m, num_groups, m_blk, n_grp);
-"""),
-    ("        for (int kb = kb0; kb < kb0 + kblocks; ++kb) {\n", "        for (int kb = kb0; kb < kb1; ++kb) {\n"),
-    ("      const int q = acq_kb & 3;\n",
-     "      const int q = kWholeRing ? stage : acq_kb & 3;  // whole ring: every piece starts at a multiple of 4\n"),
-    ("    float* partial = nullptr;  // split-K: this unit's slice of the workspace\n",
-     "    int seg_kb0 = 0, seg_kb1 = kb_all;  // the K blocks of the tile being promoted\n"),
-    ("      unit_coords(unit / p.splits, num_m, num_groups, m_blk, n_grp);\n      row0 =",
-     "      unit_coords(unit, num_m, num_groups, m_blk, n_grp);\n      row0 ="),
-    ("p.bias && p.splits == 1 && t + 128 * i < BN", "p.bias && t + 128 * i < BN"),
-    ("      if (p.splits > 1) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;\n", ""),
-    ("""      if (p.splits > 1) {
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = row0 + w * 64 + row_in_wave + 8 * h;
-            if (r < p.M) {
-              float* dst = partial + static_cast<int64_t>(r) * p.N + n0 + 2 * (lane % 4);
-#pragma unroll
-              for (int j = 0; j < NJ; ++j)
-                if (n0 + 8 * j < p.N)
-                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-        }
-        return;
-      }
-""", """      if (seg_kb0 > 0) {  // a share for the CTA that finishes the tile: this thread's totals, coalesced
-        float* slot = sk_ws + (static_cast<int64_t>(cluster_id) * kConsumers + c) * (kWaves * BN / 2 * 128) + t;
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) {
-            slot[(w * (BN / 2) + i) * 128] = total[w][i];
-            total[w][i] = 0.f;
-          }
-        __threadfence();
-        named_barrier_sync(1 + c, 128);
-        if (t == 0) st_release_gpu(&sk_flags[cluster_id * kConsumers + c], 1);
-        return;
-      }
-      if (seg_kb1 < kb_all) {  // the tile's later K blocks are other CTAs' shares: add them in order
-        const int tile_end = (unit - dp + 1) * revs_tile;
-        for (int j = cluster_id + 1; j < num_clusters && sk_start(j) < tile_end; ++j) {
-          if (sk_start(j) == sk_start(j + 1)) continue;  // j has no work
-          if (t == 0) {
-            while (ld_acquire_gpu(&sk_flags[j * kConsumers + c]) == 0) {
-            }
-            st_relaxed_gpu(&sk_flags[j * kConsumers + c], 0);  // ready for the next launch
-          }
-          named_barrier_sync(1 + c, 128);
-          const float* slot = sk_ws + (static_cast<int64_t>(j) * kConsumers + c) * (kWaves * BN / 2 * 128) + t;
-#pragma unroll
-          for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) total[w][i] += __ldcg(slot + (w * (BN / 2) + i) * 128);
-        }
-      }
-"""),
-    ("""            epilogue();
-            unit += num_clusters;
-            begin_tile();
-          }
-          wgmma_wait<0>();
-          fence_operands(acc);
-          if (w == kWaves - 1) release();
-          promote(w, acc, sc);
-        }
-      };
-      if (stream > 0) acquire(sc_next);
-      const int revs = kblocks / kStages;
-      for (int u = 0; u < my_units; ++u)
-        for (int r = 0; r < revs; ++r)
-#pragma unroll
-          for (int i = 0; i < kStages; ++i) {
-            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
-          }
-      if (my_units > 0) epilogue();
-""", """            epilogue();
-            piece(q, unit, seg_kb0, seg_kb1);
-            begin_tile();
-          }
-          wgmma_wait<0>();
-          fence_operands(acc);
-          if (w == kWaves - 1) release();
-          promote(w, acc, sc);
-        }
-      };
-      if (my_pieces > 0) {
-        piece(0, unit, seg_kb0, seg_kb1);
-        begin_tile();
-        acquire(sc_next);
-      }
-      for (q = 0; q < my_pieces; ++q) {
-        const int revs = seg_revs(q);
-        for (int r = 0; r < revs; ++r)
-#pragma unroll
-          for (int i = 0; i < kStages; ++i) {
-            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || q + 1 < my_pieces, i == 0 && r == 0 && q > 0);
-          }
-      }
-      if (my_pieces > 0) epilogue();
-"""),
-    ("      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)\n",
-     "      int q = 0;  // the piece whose blocks are issued\n"
-     "      auto seg_revs = [&](int i) {\n"
-     "        int tl, k0, k1;\n"
-     "        piece(i, tl, k0, k1);\n"
-     "        return (k1 - k0) / kStages;\n"
-     "      };\n"
-     "      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)\n"),
-    ("  if (p.splits < 1 || (p.K / BK) % p.splits != 0 || (p.splits > 1 && p.ws == nullptr))\n"
-     "    return \"splits must divide K / 128 (and split-K needs a workspace)\";\n",
-     "  if (p.splits < 1 || p.splits > 3 || (p.splits > 1 && (p.ws == nullptr || !kWholeRing || CLUSTER > 1)))\n"
-     "    return \"stream-K: splits 2 or 3, the whole-ring loop, one-CTA tiles and a zeroed workspace\";\n"),
-    ("  if (p.splits > 1) {\n    const int64_t quads", "  if (false) {\n    const int64_t quads"),
-    ("(p.K / BK) % (p.splits * Config<BM, BN, CLUSTER>::kStages) == 0", "(p.K / BK) % Config<BM, BN, CLUSTER>::kStages == 0"),
-]
-
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -439,7 +252,6 @@ REPLACEMENTS = {
     "splitepi": SPLITEPI,
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
-    "streamk": STREAMK,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
