@@ -45,6 +45,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              wave 0's (twice the tensor work to hide it under; the whole-ring tiles have BN = 128,
              so the next tile's promotion needs nothing begin_tile sets before its last wave); the
              next stage is acquired after that part, so its scales are not live during it
+  epiafter   a tile's epilogue right after its last block's promotion (whole-ring and stream loops),
+             instead of under the next tile's first wave: no stage is held through the epilogue,
+             the tensor cores idle during it (deep_gemm's order)
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
@@ -224,6 +227,48 @@ SPLITEPI = [
 ]
 
 
+_RING_LOOP = """      for (int u = 0; u < my_units; ++u)
+        for (int r = 0; r < revs; ++r)
+#pragma unroll
+          for (int i = 0; i < kStages; ++i) {
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+          }
+      if (my_units > 0) epilogue();
+"""
+EPIAFTER = [
+    (_RING_LOOP, """      for (int u = 0; u < my_units; ++u) {
+        for (int r = 0; r < revs; ++r)
+#pragma unroll
+          for (int i = 0; i < kStages; ++i) {
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, false);
+          }
+        epilogue();
+        if (u + 1 < my_units) {
+          unit += num_clusters;
+          begin_tile();
+        }
+      }
+"""),
+    ("""        if (++kb == kblocks) {
+          kb = 0;
+          epilogue_due = true;
+        }
+      };
+      if constexpr (kWaves == 2) {""", """        if (++kb == kblocks) {
+          kb = 0;
+          epilogue();
+          if (g + 1 < stream) {
+            unit += num_clusters;
+            begin_tile();
+          }
+        }
+      };
+      if constexpr (kWaves == 2) {"""),
+]
+
+
 def _stagger(cycles: int):
     return [("    const int c = wg - 1;\n",
              "    const int c = wg - 1;\n"
@@ -250,6 +295,7 @@ REPLACEMENTS = {
     "nostorewait": [(_BOX_WAIT, "")],
     "samc": SAMC,
     "splitepi": SPLITEPI,
+    "epiafter": EPIAFTER,
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
