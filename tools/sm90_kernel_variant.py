@@ -48,6 +48,21 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   epiafter   a tile's epilogue right after its last block's promotion (whole-ring and stream loops),
              instead of under the next tile's first wave: no stage is held through the epilogue,
              the tensor cores idle during it (deep_gemm's order)
+  noepi      timing only, wrong results: the epilogue only zeroes the totals (no bias, no stores):
+             what the epilogue costs at most
+  nostore    timing only, wrong results: the epilogue stages the tile but issues no TMA store (no
+             output traffic, no store reading the staging boxes)
+  nobar      timing only, may write wrong results: the epilogue's named barriers and proxy fence are
+             left out (each box written and stored without waiting for the consumer's other warps)
+  lean       a shorter epilogue: in the whole-ring loop the bias starts a tile's first promotion
+             (loaded a tile ahead, pair-swapped in shared memory so the FFMAs stay free of bank
+             conflicts) instead of being added in the epilogue, the totals need no zeroing, and the
+             staging boxes are written with stmatrix (every config)
+  perwarp    each warp stages and stores (TMA, its lane 0) its own 16 rows of a box: one barrier of
+             the consumer's warps a tile (the bias) instead of two a box
+  stgq       the epilogue without staging: each quad transposes its row's 8-column chunks with
+             shuffles and every lane stores 16 bytes to global memory (no TMA store, no store
+             waits, one barrier of the consumer's warps a tile, for the bias)
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
@@ -269,6 +284,275 @@ EPIAFTER = [
 ]
 
 
+# lean: the (old, new) replacements, in order
+LEAN = [
+("""// TMA store of one box from shared memory;""",
+"""// Four 8x8 b16 matrices to shared memory: lane L gives the address of row L % 8 of matrix L / 8, and
+// register k holds this lane's pair of matrix k (row lane / 4, columns 2 * (lane % 4) and + 1).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// TMA store of one box from shared memory;"""),
+("""    constexpr int kBiasRegs = (BN + 127) / 128;""",
+"""    constexpr int kBiasRegs = (BN + 127) / 128;
+    // kFoldBias (whole-ring loop): the bias starts the tile's first promotion, the totals need no
+    // zeroing; bias_r holds the next tile's bias, written to shared memory in this tile's epilogue
+    constexpr bool kFoldBias = kWholeRing;
+    auto load_bias = [&](int bias_unit, float (&dst)[kBiasRegs]) {
+      int m_blk, n_grp;
+      unit_coords(bias_unit / p.splits, num_m, num_groups, m_blk, n_grp);
+      const int n_first = (n_grp * CLUSTER + rank) * BN;
+#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i) {
+        const int col = n_first + t + 128 * i;
+        dst[i] = p.bias && p.splits == 1 && bias_unit < num_units && t + 128 * i < BN && col < p.N
+                     ? ldg_ordered(p.bias + col) : 0.f;
+      }
+    };"""),
+("""#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i) {
+        const int col = n0 + t + 128 * i;
+        bias_r[i] = p.bias && p.splits == 1 && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
+      }
+      if (p.splits > 1)""", """      load_bias(kFoldBias ? unit + num_clusters : unit, bias_r);
+      if (p.splits > 1)"""),
+("""    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {""",
+ """    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {"""),
+("""        total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+        total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+        total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+        total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);""",
+"""        if (first) {  // bias pair-swapped in shared memory: the wgmma accumulators have fixed parity
+          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], bv.y);
+          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], bv.x);
+          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], bv.y);
+          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], bv.x);
+        } else {
+          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
+        }"""),
+("""                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;""", """                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+          if constexpr (!kFoldBias) {
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+          }"""),
+("""#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {""", """      if constexpr (!kFoldBias) {
+#pragma unroll
+        for (int i = 0; i < kBiasRegs; ++i)
+          if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
+      }
+      const int st_row = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8, st_chunk = lane / 16;
+      const int st_sw = Cfg::kBoxCols == 64 ? st_row % 8 : (st_row >> 1) % 4;
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {"""),
+("""          named_barrier_sync(1 + c, 128);  // bias written; box free
+#pragma unroll
+          for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
+            const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
+            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = row_in_wave + 8 * h;
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
+              *reinterpret_cast<__nv_bfloat162*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) = v;
+            }
+          }""", """          named_barrier_sync(1 + c, 128);  // bias written; box free
+          if (kFoldBias && w == 0 && bx == 0) {  // the next tile's bias, pair-swapped
+#pragma unroll
+            for (int i = 0; i < kBiasRegs; ++i)
+              if (t + 128 * i < BN) sts_ordered(&s.bias[c][(t + 128 * i) ^ 1], bias_r[i]);
+          }
+          const uint32_t box_row = smem_addr(box) + st_row * (2 * Cfg::kBoxCols);
+#pragma unroll
+          for (int jp = 0; jp < Cfg::kBoxCols / 16; ++jp) {  // pairs of the box's 16-byte chunks a row
+            uint32_t v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int h = q % 2, j = bx * (Cfg::kBoxCols / 8) + 2 * jp + q / 2;
+              if constexpr (kFoldBias) {
+                v[q] = pack_bf16(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);
+              } else {
+                const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+                v[q] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              }
+            }
+            stmatrix_x4(box_row + (((2 * jp + st_chunk) ^ st_sw) * 16), v[0], v[1], v[2], v[3]);
+          }"""),
+("""            bulk_commit();
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+    };""", """            bulk_commit();
+          }
+        }
+        if constexpr (!kFoldBias) {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+        }
+      }
+    };"""),
+("""    if (my_units > 0) begin_tile();""", """    if (my_units > 0) {
+      if constexpr (kFoldBias) {  // the first tile's bias, for its first promotion
+        float first_bias[kBiasRegs];
+        load_bias(unit, first_bias);
+#pragma unroll
+        for (int i = 0; i < kBiasRegs; ++i)
+          if (t + 128 * i < BN) sts_ordered(&s.bias[c][(t + 128 * i) ^ 1], first_bias[i]);
+        named_barrier_sync(1 + c, 128);
+      }
+      begin_tile();
+    }"""),
+("""      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)""",
+ """      auto block = [&](bool more, bool first, bool close_previous) {"""),
+("""          if (w == kWaves - 1) release();
+          promote(w, acc, sc);
+        }
+      };
+      if (stream > 0) acquire(sc_next);""", """          if (w == kWaves - 1) release();
+          promote(w, acc, sc, first);
+        }
+      };
+      if (stream > 0) acquire(sc_next);"""),
+("""            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);""",
+ """            stage = release_stage = i;
+            const bool more = i < kStages - 1 || r + 1 < revs || u + 1 < my_units;
+            if (i == 0 && r == 0)
+              block(more, true, u > 0);
+            else
+              block(more, false, false);"""),
+]
+
+# perwarp: each warp stages and stores its own 16-row slab of a box (no barrier of the consumer's
+# warps per box; one a tile for the bias, whose copies alternate between tiles)
+PERWARP = [
+    ("kConsumers * BN * 4 + 2048;", "kConsumers * 2 * BN * 4 + 2048;"),
+    ("    float bias[kConsumers][BN];", "    float bias[kConsumers][2][BN];"),
+    (_EPI_HEAD, "    int bias_buf = 0;\n" + _EPI_HEAD),
+    ("""#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
+""", """      float* bias_s = s.bias[c][bias_buf];
+      bias_buf ^= 1;
+#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&bias_s[t + 128 * i], bias_r[i]);
+      named_barrier_sync(1 + c, 128);
+"""),
+    (_BOX_WAIT + "          named_barrier_sync(1 + c, 128);  // bias written; box free\n",
+     "          if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n          __syncwarp();\n"),
+    ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]"),
+    ("""          named_barrier_sync(1 + c, 128);
+          const int wave_row = row0 + w * 64;
+          if (t == 0) {
+            if (wave_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);
+""", """          __syncwarp();
+          const int slab_row = row0 + w * 64 + warp * 16;
+          if (lane == 0) {
+            if (slab_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+              tma_store_2d(&tma_d, box + warp * 16 * (2 * Cfg::kBoxCols), n0 + bx * Cfg::kBoxCols, slab_row);
+"""),
+    ("    if (t == 0) bulk_wait_all();", "    if (lane == 0) bulk_wait_all();"),
+    ("Config<BM, BN, CLUSTER>::kBoxCols, 64,", "Config<BM, BN, CLUSTER>::kBoxCols, 16,"),
+]
+
+
+
+_EPI_BODY_START = """#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
+"""
+_EPI_BODY_END = """#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+    };
+"""
+_STGQ_BODY = """      // the bias once a tile, copies alternating between tiles (a warp still reading the previous
+      // tile's copy is never overwritten)
+      float* bias_s = s.bias[c][bias_buf];
+      bias_buf ^= 1;
+#pragma unroll
+      for (int i = 0; i < kBiasRegs; ++i)
+        if (t + 128 * i < BN) sts_ordered(&bias_s[t + 128 * i], bias_r[i]);
+      named_barrier_sync(1 + c, 128);
+      // Straight to global memory: the quad's four lanes hold a row's 8-column chunk as four 32-bit
+      // words (word q in lane q); transposed across the quad over four chunks, each lane holds one
+      // chunk's 16 bytes and stores them with one 16-byte store (a warp: 8 rows x 64 bytes).
+      const int q = lane % 4;
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + w * 64 + row_in_wave + 8 * h;
+          __nv_bfloat16* drow = p.d + static_cast<int64_t>(row) * p.ldd + n0;
+#pragma unroll
+          for (int g = 0; g < NJ / 4; ++g) {
+            uint32_t x[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const int j = 4 * g + k;
+              const float2 bv = *reinterpret_cast<const float2*>(&bias_s[8 * j + 2 * q]);
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              x[k] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+            const bool b0 = q & 1, b1 = q & 2;
+            uint32_t r = __shfl_xor_sync(0xffffffff, b0 ? x[0] : x[1], 1);
+            if (b0) x[0] = r; else x[1] = r;
+            r = __shfl_xor_sync(0xffffffff, b0 ? x[2] : x[3], 1);
+            if (b0) x[2] = r; else x[3] = r;
+            r = __shfl_xor_sync(0xffffffff, b1 ? x[0] : x[2], 2);
+            if (b1) x[0] = r; else x[2] = r;
+            r = __shfl_xor_sync(0xffffffff, b1 ? x[1] : x[3], 2);
+            if (b1) x[1] = r; else x[3] = r;
+            const int col = 8 * (4 * g + q);  // lane q now holds chunk 4g + q
+            if (row < p.M && n0 + col < p.N)
+              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(drow + col), "r"(x[0]), "r"(x[1]),
+                           "r"(x[2]), "r"(x[3])
+                           : "memory");
+          }
+        }
+"""
+
+
+def _stgq(src: str) -> str:
+    """stgq: the epilogue's boxes replaced by quad-transposed 16-byte global stores (no staging, no
+    TMA store, no waits, one barrier a tile for the bias)."""
+    for old, new in [("kConsumers * BN * 4 + 2048;", "kConsumers * 2 * BN * 4 + 2048;"),
+                     ("    float bias[kConsumers][BN];", "    float bias[kConsumers][2][BN];"),
+                     (_EPI_HEAD, "    int bias_buf = 0;\n" + _EPI_HEAD)]:
+        src = replace_once(src, old, new, "stgq")
+    start = src.index(_EPI_BODY_START)
+    end = src.index(_EPI_BODY_END, start)
+    return src[:start] + _STGQ_BODY + src[end:]
+
+
 def _stagger(cycles: int):
     return [("    const int c = wg - 1;\n",
              "    const int c = wg - 1;\n"
@@ -296,16 +580,36 @@ REPLACEMENTS = {
     "samc": SAMC,
     "splitepi": SPLITEPI,
     "epiafter": EPIAFTER,
+    "lean": LEAN,
+    "perwarp": PERWARP,
+    "nostore": [("              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);\n",
+                 "              if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);  // timing only\n")],
+    "nobar": [("          named_barrier_sync(1 + c, 128);  // bias written; box free\n", ""),
+              ("          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
+               "          named_barrier_sync(1 + c, 128);\n", "")],
+    "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+        return;
+      }
+""")],
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
 
+FUNCTIONS = {"stgq": _stgq}  # variant -> a function rewriting the source
+
+
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
 
 
 def structural(src: str, variant: str) -> str:
+    if variant in FUNCTIONS:
+        return FUNCTIONS[variant](src)
     if variant not in REPLACEMENTS:
         return rewrite(src, variant)
     for old, new in REPLACEMENTS[variant]:
