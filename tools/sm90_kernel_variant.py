@@ -242,13 +242,14 @@ SPLITEPI = [
 ]
 
 
+_RING_CALL = """            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+"""
 _RING_LOOP = """      for (int u = 0; u < my_units; ++u)
         for (int r = 0; r < revs; ++r)
 #pragma unroll
           for (int i = 0; i < kStages; ++i) {
-            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
-          }
+""" + _RING_CALL + """          }
       if (my_units > 0) epilogue();
 """
 EPIAFTER = [
@@ -438,32 +439,36 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
         }
       };
       if (stream > 0) acquire(sc_next);"""),
-("""            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);""",
- """            stage = release_stage = i;
+(_RING_CALL, """            stage = release_stage = i;
             const bool more = i < kStages - 1 || r + 1 < revs || u + 1 < my_units;
             if (i == 0 && r == 0)
               block(more, true, u > 0);
             else
-              block(more, false, false);"""),
+              block(more, false, false);
+"""),
 ]
 
-# perwarp: each warp stages and stores its own 16-row slab of a box (no barrier of the consumer's
-# warps per box; one a tile for the bias, whose copies alternate between tiles)
-PERWARP = [
+# The epilogue's bias store, and (perwarp, stgq) the bias written once a tile behind one barrier of
+# the consumer's warps, into copies that alternate between tiles (a warp still reading the previous
+# tile's copy is never overwritten)
+_EPI_BIAS_STORE = "#pragma unroll\n      for (int i = 0; i < kBiasRegs; ++i)\n" + _EPI_BIAS
+_BIAS_COPIES = [
     ("kConsumers * BN * 4 + 2048;", "kConsumers * 2 * BN * 4 + 2048;"),
     ("    float bias[kConsumers][BN];", "    float bias[kConsumers][2][BN];"),
     (_EPI_HEAD, "    int bias_buf = 0;\n" + _EPI_HEAD),
-    ("""#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i)
-        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
-""", """      float* bias_s = s.bias[c][bias_buf];
+]
+_BIAS_ONCE_A_TILE = """      float* bias_s = s.bias[c][bias_buf];
       bias_buf ^= 1;
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i)
         if (t + 128 * i < BN) sts_ordered(&bias_s[t + 128 * i], bias_r[i]);
       named_barrier_sync(1 + c, 128);
-"""),
+"""
+
+# perwarp: each warp stages and stores its own 16-row slab of a box (no barrier of the consumer's
+# warps per box)
+PERWARP = _BIAS_COPIES + [
+    (_EPI_BIAS_STORE, _BIAS_ONCE_A_TILE),
     (_BOX_WAIT + "          named_barrier_sync(1 + c, 128);  // bias written; box free\n",
      "          if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n          __syncwarp();\n"),
     ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]"),
@@ -484,24 +489,12 @@ PERWARP = [
 
 
 
-_EPI_BODY_START = """#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i)
-        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
-"""
 _EPI_BODY_END = """#pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
       }
     };
 """
-_STGQ_BODY = """      // the bias once a tile, copies alternating between tiles (a warp still reading the previous
-      // tile's copy is never overwritten)
-      float* bias_s = s.bias[c][bias_buf];
-      bias_buf ^= 1;
-#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i)
-        if (t + 128 * i < BN) sts_ordered(&bias_s[t + 128 * i], bias_r[i]);
-      named_barrier_sync(1 + c, 128);
-      // Straight to global memory: the quad's four lanes hold a row's 8-column chunk as four 32-bit
+_STGQ_BODY = _BIAS_ONCE_A_TILE + """      // Straight to global memory: the quad's four lanes hold a row's 8-column chunk as four 32-bit
       // words (word q in lane q); transposed across the quad over four chunks, each lane holds one
       // chunk's 16 bytes and stores them with one 16-byte store (a warp: 8 rows x 64 bytes).
       const int q = lane % 4;
@@ -544,11 +537,9 @@ _STGQ_BODY = """      // the bias once a tile, copies alternating between tiles 
 def _stgq(src: str) -> str:
     """stgq: the epilogue's boxes replaced by quad-transposed 16-byte global stores (no staging, no
     TMA store, no waits, one barrier a tile for the bias)."""
-    for old, new in [("kConsumers * BN * 4 + 2048;", "kConsumers * 2 * BN * 4 + 2048;"),
-                     ("    float bias[kConsumers][BN];", "    float bias[kConsumers][2][BN];"),
-                     (_EPI_HEAD, "    int bias_buf = 0;\n" + _EPI_HEAD)]:
+    for old, new in _BIAS_COPIES:
         src = replace_once(src, old, new, "stgq")
-    start = src.index(_EPI_BODY_START)
+    start = src.index(_EPI_BIAS_STORE)
     end = src.index(_EPI_BODY_END, start)
     return src[:start] + _STGQ_BODY + src[end:]
 
