@@ -66,6 +66,10 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
+  trace      an event log of the first CTAs (clock64 at each wave's issue, wgmma wait and promotion,
+             the next stage's acquisition, the epilogue and its boxes, the producer's empty-barrier
+             waits), whole-ring loop only, read back by tools/sm90_trace.py; join it last (after
+             the variants whose timeline it records)
 """
 from __future__ import annotations
 
@@ -554,6 +558,92 @@ def _stagger(cycles: int):
              "    }\n")]
 
 
+# trace: the event log read back by tools/sm90_trace.py (ltx_sm90_trace_read). One record a
+# uint64: clock64 in the low 56 bits, the event code in the top 8. Codes: 0x10 + w before wave w's
+# issue, 0x20 + w after it, 0x30 + w after its wgmma wait, 0x40 + w after its promotion, 0x50 / 0x51
+# around the next stage's acquisition, 0x60 / 0x61 around the epilogue (and the next tile's
+# begin_tile), 0x62 a staging box free (after its first barrier), 0x63 a box written (after its
+# second), 0x70 + stage the producer past that stage's empty barrier. Thread 0 of each consumer
+# warpgroup and the producer thread record; role 0 is the producer, 1 + c consumer c.
+TRACE_CTAS, TRACE_ROLES, TRACE_SLOTS = 4, 4, 16384
+_TRACE_DEVICE = f"""constexpr int kTraceCtas = {TRACE_CTAS}, kTraceRoles = {TRACE_ROLES}, kTraceSlots = {TRACE_SLOTS};
+__device__ unsigned long long trace_buf[kTraceCtas][kTraceRoles][kTraceSlots];
+// `after` makes the clock read wait for a value (e.g. the last promoted total), so it is not
+// scheduled ahead of the work it closes
+__device__ __forceinline__ void trace_ev(int& n, int role, unsigned code, float after = 0.f) {{
+  if (blockIdx.x < kTraceCtas && n < kTraceSlots) {{
+    unsigned long long clk;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(clk) : "f"(after) : "memory");
+    trace_buf[blockIdx.x][role][n] = (clk & ((1ull << 56) - 1)) | (static_cast<unsigned long long>(code) << 56);
+  }}
+  ++n;
+}}
+"""
+_TRACE_HOST = """
+extern "C" int ltx_sm90_trace_dims(int* dims) {  // CTAs, roles, slots
+  dims[0] = ltx_gemm_sm90::kTraceCtas;
+  dims[1] = ltx_gemm_sm90::kTraceRoles;
+  dims[2] = ltx_gemm_sm90::kTraceSlots;
+  return 0;
+}
+extern "C" int ltx_sm90_trace_clear() {
+  void* p = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&p, ltx_gemm_sm90::trace_buf);
+  if (e == cudaSuccess) e = cudaMemset(p, 0, sizeof(ltx_gemm_sm90::trace_buf));
+  return static_cast<int>(e);
+}
+extern "C" int ltx_sm90_trace_read(void* dst) {
+  return static_cast<int>(cudaMemcpyFromSymbol(dst, ltx_gemm_sm90::trace_buf, sizeof(ltx_gemm_sm90::trace_buf)));
+}
+"""
+_TRACE_RING_ISSUE = "          issue(acc, w);\n" + _ACQ_RING
+_TRACE_RING_EPI = ("            epilogue();\n            unit += num_clusters;\n" + _TILE_RING
+                   + "          promote(w, acc, sc);\n")
+TRACE = [
+    ("constexpr int BK = 128;\n", "constexpr int BK = 128;\n" + _TRACE_DEVICE),
+    ("      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;",
+     "      int trn = 0;\n      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;"),
+    ("          mbar_wait(&s.empty[stage], phase ^ 1);\n",
+     "          mbar_wait(&s.empty[stage], phase ^ 1);\n          trace_ev(trn, 0, 0x70 + stage);\n"),
+    ("    const int c = wg - 1;\n",
+     "    const int c = wg - 1;\n    int trn = 0;\n"
+     "    auto tr = [&](unsigned code, float after = 0.f) {\n"
+     "      if (t == 0) trace_ev(trn, 1 + c, code, after);\n"
+     "    };\n"),
+    (_TRACE_RING_ISSUE,
+     "          tr(0x10 + w);\n          issue(acc, w);\n          tr(0x20 + w);\n"
+     "          if (w == kWaves - 1 && more) {\n            tr(0x50);\n            acquire(sc_next);\n"
+     "            tr(0x51, sc_next.b[0]);\n          }\n"),
+    (_TRACE_RING_EPI,
+     "            tr(0x60);\n" + _TRACE_RING_EPI.replace("            begin_tile();\n",
+                                                       "            begin_tile();\n            tr(0x61);\n")
+     .replace("          wgmma_wait<0>();\n", "          wgmma_wait<0>();\n          tr(0x30 + w);\n")
+     + "          tr(0x40 + w, total[w][BN / 2 - 1]);\n"),
+    ("      if (my_units > 0) epilogue();\n    } else if constexpr",
+     "      if (my_units > 0) {\n        tr(0x60);\n        epilogue();\n        tr(0x61);\n      }\n"
+     "    } else if constexpr"),
+]
+# the epilogue's box markers, where the variant joined before kept the lines they follow
+TRACE_BOXES = [
+    ("          named_barrier_sync(1 + c, 128);  // bias written; box free\n",
+     "          named_barrier_sync(1 + c, 128);  // bias written; box free\n          tr(0x62);\n"),
+    ("          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
+     "          named_barrier_sync(1 + c, 128);\n",
+     "          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
+     "          named_barrier_sync(1 + c, 128);\n          tr(0x63);\n"),
+]
+
+
+def _trace(src: str) -> str:
+    """trace: the event log (TRACE) and, where their lines remain, the box markers."""
+    for old, new in TRACE:
+        src = replace_once(src, old, new, "trace")
+    for old, new in TRACE_BOXES:
+        if src.count(old) == 1:
+            src = src.replace(old, new)
+    return src + _TRACE_HOST
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -592,7 +682,7 @@ REPLACEMENTS = {
 }
 
 
-FUNCTIONS = {"stgq": _stgq}  # variant -> a function rewriting the source
+FUNCTIONS = {"stgq": _stgq, "trace": _trace}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
