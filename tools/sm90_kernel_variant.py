@@ -66,10 +66,14 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
+  cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
+             operations instead of the conversion instruction (F2FP), whose throughput on sm_90 is
+             low; finite values only (a NaN may come out as infinity)
   trace      an event log of the first CTAs (clock64 at each wave's issue, wgmma wait and promotion,
              the next stage's acquisition, the epilogue and its boxes, the producer's empty-barrier
-             waits), whole-ring loop only, read back by tools/sm90_trace.py; join it last (after
-             the variants whose timeline it records)
+             waits) through a shared-memory ring that an idle producer warp copies out, whole-ring
+             loop only, read back by tools/sm90_trace.py; join it last (after the variants whose
+             timeline it records)
 """
 from __future__ import annotations
 
@@ -563,21 +567,27 @@ def _stagger(cycles: int):
 # issue, 0x20 + w after it, 0x30 + w after its wgmma wait, 0x40 + w after its promotion, 0x50 / 0x51
 # around the next stage's acquisition, 0x60 / 0x61 around the epilogue (and the next tile's
 # begin_tile), 0x62 a staging box free (after its first barrier), 0x63 a box written (after its
-# second), 0x70 + stage the producer past that stage's empty barrier. Thread 0 of each consumer
-# warpgroup and the producer thread record; role 0 is the producer, 1 + c consumer c.
-TRACE_CTAS, TRACE_ROLES, TRACE_SLOTS = 4, 4, 16384
+# second), 0x70 + stage the producer past that stage's empty barrier, 0xFF the role's end. Thread 0
+# of each consumer warpgroup and the producer thread record (role 0 the producer, 1 + c consumer c)
+# into a small ring in shared memory, which lanes of the producer warpgroup's idle second warp copy
+# to global memory: a global store from the consumers themselves held every wgmma.fence until it
+# completed and ran the traced CTAs at half speed.
+TRACE_CTAS, TRACE_ROLES, TRACE_SLOTS, TRACE_RING = 4, 4, 16384, 128
 _TRACE_DEVICE = f"""constexpr int kTraceCtas = {TRACE_CTAS}, kTraceRoles = {TRACE_ROLES}, kTraceSlots = {TRACE_SLOTS};
+constexpr int kTraceRing = {TRACE_RING};
 __device__ unsigned long long trace_buf[kTraceCtas][kTraceRoles][kTraceSlots];
 // `after` makes the clock read wait for a value (e.g. the last promoted total), so it is not
 // scheduled ahead of the work it closes
-__device__ __forceinline__ void trace_ev(int& n, int role, unsigned code, float after = 0.f) {{
-  if (blockIdx.x < kTraceCtas && n < kTraceSlots) {{
+__device__ __forceinline__ void trace_ev(unsigned long long* ring, int& n, unsigned code, float after = 0.f) {{
+  if (blockIdx.x < kTraceCtas) {{
     unsigned long long clk;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(clk) : "f"(after) : "memory");
-    trace_buf[blockIdx.x][role][n] = (clk & ((1ull << 56) - 1)) | (static_cast<unsigned long long>(code) << 56);
+    const unsigned long long v = (clk & ((1ull << 56) - 1)) | (static_cast<unsigned long long>(code) << 56);
+    asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(ring + (n & (kTraceRing - 1)))), "l"(v) : "memory");
   }}
   ++n;
 }}
+
 """
 _TRACE_HOST = """
 extern "C" int ltx_sm90_trace_dims(int* dims) {  // CTAs, roles, slots
@@ -596,19 +606,43 @@ extern "C" int ltx_sm90_trace_read(void* dst) {
   return static_cast<int>(cudaMemcpyFromSymbol(dst, ltx_gemm_sm90::trace_buf, sizeof(ltx_gemm_sm90::trace_buf)));
 }
 """
+_TRACE_DRAIN = """    if (t / 32 == 1 && blockIdx.x < kTraceCtas && t % 32 < 1 + kConsumers) {  // copies role t % 32's ring out
+      const int role = t % 32;
+      unsigned long long* ring = s.trace_ring[role];
+      for (int n = 0;;) {
+        unsigned long long v;
+        asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(v) : "r"(smem_addr(ring + n % kTraceRing)) : "memory");
+        if (v == 0) {
+          __nanosleep(64);
+          continue;
+        }
+        if ((v >> 56) == 0xFF) break;
+        asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(ring + n % kTraceRing)), "l"(0ull) : "memory");
+        if (n < kTraceSlots) trace_buf[blockIdx.x][role][n] = v;
+        ++n;
+      }
+    }
+"""
 _TRACE_RING_ISSUE = "          issue(acc, w);\n" + _ACQ_RING
 _TRACE_RING_EPI = ("            epilogue();\n            unit += num_clusters;\n" + _TILE_RING
                    + "          promote(w, acc, sc);\n")
+_PRODUCER_END = "      }\n    }\n  } else {  // consumers\n"
 TRACE = [
-    ("constexpr int BK = 128;\n", "constexpr int BK = 128;\n" + _TRACE_DEVICE),
+    ("__device__ __forceinline__ void mbar_init(", _TRACE_DEVICE + "__device__ __forceinline__ void mbar_init("),
+    ("    uint64_t empty[kStages];\n", "    uint64_t empty[kStages];\n    unsigned long long trace_ring[4][128];\n"),
+    ('  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
+     "  for (int i = threadIdx.x; i < 4 * 128; i += blockDim.x) s.trace_ring[i / 128][i % 128] = 0;\n"
+     '  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'),
+    ("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n" + _TRACE_DRAIN),
     ("      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;",
      "      int trn = 0;\n      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;"),
     ("          mbar_wait(&s.empty[stage], phase ^ 1);\n",
-     "          mbar_wait(&s.empty[stage], phase ^ 1);\n          trace_ev(trn, 0, 0x70 + stage);\n"),
+     "          mbar_wait(&s.empty[stage], phase ^ 1);\n          trace_ev(s.trace_ring[0], trn, 0x70 + stage);\n"),
+    (_PRODUCER_END, "      }\n      trace_ev(s.trace_ring[0], trn, 0xFF);\n    }\n  } else {  // consumers\n"),
     ("    const int c = wg - 1;\n",
      "    const int c = wg - 1;\n    int trn = 0;\n"
      "    auto tr = [&](unsigned code, float after = 0.f) {\n"
-     "      if (t == 0) trace_ev(trn, 1 + c, code, after);\n"
+     "      if (t == 0) trace_ev(s.trace_ring[1 + c], trn, code, after);\n"
      "    };\n"),
     (_TRACE_RING_ISSUE,
      "          tr(0x10 + w);\n          issue(acc, w);\n          tr(0x20 + w);\n"
@@ -622,6 +656,8 @@ TRACE = [
     ("      if (my_units > 0) epilogue();\n    } else if constexpr",
      "      if (my_units > 0) {\n        tr(0x60);\n        epilogue();\n        tr(0x61);\n      }\n"
      "    } else if constexpr"),
+    ("    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n",
+     "    tr(0xFF);\n    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n"),
 ]
 # the epilogue's box markers, where the variant joined before kept the lines they follow
 TRACE_BOXES = [
@@ -644,9 +680,29 @@ def _trace(src: str) -> str:
     return src + _TRACE_HOST
 
 
+# cvtint: bf16 rounding of the epilogue in integer operations (finite values)
+_CVT = "__floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"
+CVTINT = [
+    ("__device__ __forceinline__ void mbar_init(",
+     """// round to nearest even into bf16, two values packed (lo in the low half); finite inputs
+__device__ __forceinline__ __nv_bfloat162 bf16x2_rne_int(float lo, float hi) {
+  uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
+  a += 0x7fffu + ((a >> 16) & 1u);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  const uint32_t v = __byte_perm(a, b, 0x7632);
+  return *reinterpret_cast<const __nv_bfloat162*>(&v);
+}
+
+__device__ __forceinline__ void mbar_init("""),
+    (_CVT, "bf16x2_rne_int(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"),
+]
+
+
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
+    "cvtint": CVTINT,
     "relfirst": RELFIRST,
     "peek": PEEK,
     "c192": C192,
