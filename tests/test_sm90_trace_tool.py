@@ -37,13 +37,20 @@ def _consumer_log(tiles=5, kblocks=4, waves=2, block=1000, epilogue=1500, wgmma=
 
 
 def _words(events, slots=512):
-    w = [(code << 56) | clk for code, clk in events]
+    w = [(code << 56) | ((i % 256) << 48) | clk for i, (code, clk) in enumerate(events)]
     return w + [0] * (slots - len(w))
 
 
 def test_decode_stops_at_the_first_empty_slot():
     words = _words([(tr.ISSUE, 5), (tr.ISSUED, 9)])
     assert tr.decode(words) == [(tr.ISSUE, 5), (tr.ISSUED, 9)]
+
+
+def test_lost_records_are_detected():
+    words = _words([(tr.ISSUE, 5), (tr.ISSUED, 9), (tr.WAITED, 12)])
+    words[1] = (tr.ISSUED << 56) | (7 << 48) | 9  # overwritten by a later record
+    with pytest.raises(ValueError, match="lost"):
+        tr.decode(words)
 
 
 def test_summary_of_a_known_timeline():

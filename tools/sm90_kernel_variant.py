@@ -567,7 +567,7 @@ def _stagger(cycles: int):
 # issue, 0x20 + w after it, 0x30 + w after its wgmma wait, 0x40 + w after its promotion, 0x50 / 0x51
 # around the next stage's acquisition, 0x60 / 0x61 around the epilogue (and the next tile's
 # begin_tile), 0x62 a staging box free (after its first barrier), 0x63 a box written (after its
-# second), 0x70 + stage the producer past that stage's empty barrier, 0xFF the role's end. Thread 0
+# second), 0x70 + stage the producer past that stage's empty barrier. Thread 0
 # of each consumer warpgroup and the producer thread record (role 0 the producer, 1 + c consumer c)
 # into a small ring in shared memory, which lanes of the producer warpgroup's idle second warp copy
 # to global memory: a global store from the consumers themselves held every wgmma.fence until it
@@ -577,15 +577,23 @@ _TRACE_DEVICE = f"""constexpr int kTraceCtas = {TRACE_CTAS}, kTraceRoles = {TRAC
 constexpr int kTraceRing = {TRACE_RING};
 __device__ unsigned long long trace_buf[kTraceCtas][kTraceRoles][kTraceSlots];
 // `after` makes the clock read wait for a value (e.g. the last promoted total), so it is not
-// scheduled ahead of the work it closes
+// scheduled ahead of the work it closes. Bits 48-55 hold the record's index (mod 256), so a
+// record overwritten before it was copied out shows as a gap.
 __device__ __forceinline__ void trace_ev(unsigned long long* ring, int& n, unsigned code, float after = 0.f) {{
   if (blockIdx.x < kTraceCtas) {{
     unsigned long long clk;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(clk) : "f"(after) : "memory");
-    const unsigned long long v = (clk & ((1ull << 56) - 1)) | (static_cast<unsigned long long>(code) << 56);
+    const unsigned long long v = (clk & ((1ull << 48) - 1)) | (static_cast<unsigned long long>(n & 255) << 48) |
+                                 (static_cast<unsigned long long>(code) << 56);
     asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(ring + (n & (kTraceRing - 1)))), "l"(v) : "memory");
   }}
   ++n;
+}}
+__device__ __forceinline__ void trace_done(unsigned* flag) {{
+  if (blockIdx.x < kTraceCtas) {{
+    __threadfence_block();
+    asm volatile("st.volatile.shared.u32 [%0], 1;" ::"r"(smem_addr(flag)) : "memory");
+  }}
 }}
 
 """
@@ -606,20 +614,34 @@ extern "C" int ltx_sm90_trace_read(void* dst) {
   return static_cast<int>(cudaMemcpyFromSymbol(dst, ltx_gemm_sm90::trace_buf, sizeof(ltx_gemm_sm90::trace_buf)));
 }
 """
-_TRACE_DRAIN = """    if (t / 32 == 1 && blockIdx.x < kTraceCtas && t % 32 < 1 + kConsumers) {  // copies role t % 32's ring out
-      const int role = t % 32;
-      unsigned long long* ring = s.trace_ring[role];
-      for (int n = 0;;) {
-        unsigned long long v;
-        asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(v) : "r"(smem_addr(ring + n % kTraceRing)) : "memory");
-        if (v == 0) {
-          __nanosleep(64);
-          continue;
+_TRACE_DRAIN = """    // lane 0 of warps 1-3 copy the rings out: warp 1 those of the producer and consumer 0, warp 2
+    // consumer 1's, warp 3 consumer 2's; a role is done once its flag is set and its ring empty
+    if (t / 32 >= 1 && t % 32 == 0 && blockIdx.x < kTraceCtas) {
+      const int r0 = t / 32 == 1 ? 0 : t / 32, r1 = t / 32 == 1 ? 1 : t / 32;
+      int n[2] = {0, 0};
+      bool done[2] = {r0 > kConsumers, r1 > kConsumers};
+      while (!(done[0] && done[1])) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int role = i == 0 ? r0 : r1;
+          if (done[i] || (i == 1 && r1 == r0)) {
+            done[i] = done[i] || r1 == r0;
+            continue;
+          }
+          unsigned* flag = &s.trace_flag[role];
+          unsigned f;
+          asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(f) : "r"(smem_addr(flag)) : "memory");
+          unsigned long long* slot = s.trace_ring[role] + n[i] % kTraceRing;
+          unsigned long long v;
+          asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(v) : "r"(smem_addr(slot)) : "memory");
+          if (v == 0) {
+            done[i] = f != 0;  // the flag was read before the slot: nothing follows
+            continue;
+          }
+          asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(slot)), "l"(0ull) : "memory");
+          if (n[i] < kTraceSlots) trace_buf[blockIdx.x][role][n[i]] = v;
+          ++n[i];
         }
-        if ((v >> 56) == 0xFF) break;
-        asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(ring + n % kTraceRing)), "l"(0ull) : "memory");
-        if (n < kTraceSlots) trace_buf[blockIdx.x][role][n] = v;
-        ++n;
       }
     }
 """
@@ -629,16 +651,18 @@ _TRACE_RING_EPI = ("            epilogue();\n            unit += num_clusters;\n
 _PRODUCER_END = "      }\n    }\n  } else {  // consumers\n"
 TRACE = [
     ("__device__ __forceinline__ void mbar_init(", _TRACE_DEVICE + "__device__ __forceinline__ void mbar_init("),
-    ("    uint64_t empty[kStages];\n", "    uint64_t empty[kStages];\n    unsigned long long trace_ring[4][128];\n"),
+    ("    uint64_t empty[kStages];\n",
+     "    uint64_t empty[kStages];\n    unsigned long long trace_ring[4][128];\n    unsigned trace_flag[4];\n"),
     ('  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
      "  for (int i = threadIdx.x; i < 4 * 128; i += blockDim.x) s.trace_ring[i / 128][i % 128] = 0;\n"
+     "  if (threadIdx.x < 4) s.trace_flag[threadIdx.x] = 0;\n"
      '  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'),
     ("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n" + _TRACE_DRAIN),
     ("      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;",
      "      int trn = 0;\n      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;"),
     ("          mbar_wait(&s.empty[stage], phase ^ 1);\n",
      "          mbar_wait(&s.empty[stage], phase ^ 1);\n          trace_ev(s.trace_ring[0], trn, 0x70 + stage);\n"),
-    (_PRODUCER_END, "      }\n      trace_ev(s.trace_ring[0], trn, 0xFF);\n    }\n  } else {  // consumers\n"),
+    (_PRODUCER_END, "      }\n      trace_done(&s.trace_flag[0]);\n    }\n  } else {  // consumers\n"),
     ("    const int c = wg - 1;\n",
      "    const int c = wg - 1;\n    int trn = 0;\n"
      "    auto tr = [&](unsigned code, float after = 0.f) {\n"
@@ -657,7 +681,7 @@ TRACE = [
      "      if (my_units > 0) {\n        tr(0x60);\n        epilogue();\n        tr(0x61);\n      }\n"
      "    } else if constexpr"),
     ("    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n",
-     "    tr(0xFF);\n    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n"),
+     "    if (t == 0) trace_done(&s.trace_flag[1 + c]);\n    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n"),
 ]
 # the epilogue's box markers, where the variant joined before kept the lines they follow
 TRACE_BOXES = [

@@ -25,16 +25,20 @@ ISSUE, ISSUED, WAITED, PROMOTED = 0x10, 0x20, 0x30, 0x40
 ACQ_BEGIN, ACQ_END = 0x50, 0x51
 EPI_BEGIN, EPI_END, BOX_FREE, BOX_WRITTEN = 0x60, 0x61, 0x62, 0x63
 PRODUCER_EMPTY = 0x70
-_CLOCK_MASK = (1 << 56) - 1
+_CLOCK_MASK = (1 << 48) - 1
 
 
 def decode(words) -> list[tuple[int, int]]:
-    """(code, clock) of one role's records, in order, up to the first empty slot."""
+    """(code, clock) of one role's records, in order, up to the first empty slot. Bits 48-55 of a
+    record hold its index mod 256: a record that the kernel overwrote before copying it out breaks
+    that count (ValueError)."""
     out = []
-    for w in words:
+    for i, w in enumerate(words):
         w = int(w)
         if w == 0:
             break
+        if (w >> 48) & 255 != i % 256:
+            raise ValueError(f"record {i} carries index {(w >> 48) & 255}: records were lost")
         out.append((w >> 56, w & _CLOCK_MASK))
     return out
 
