@@ -636,6 +636,7 @@ _TRACE_DRAIN = """    // lane 0 of warps 1-3 copy the rings out: warp 1 those of
           asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(v) : "r"(smem_addr(slot)) : "memory");
           if (v == 0) {
             done[i] = f != 0;  // the flag was read before the slot: nothing follows
+            __nanosleep(32);  // spinning drainers take issue slots from the consumers
             continue;
           }
           asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(slot)), "l"(0ull) : "memory");
