@@ -67,13 +67,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
-             operations instead of the conversion instruction (F2FP), whose throughput on sm_90 is
-             low; finite values only (a NaN may come out as infinity)
-  trace      an event log of the first CTAs (clock64 at each wave's issue, wgmma wait and promotion,
-             the next stage's acquisition, the epilogue and its boxes, the producer's empty-barrier
-             waits) through a shared-memory ring that an idle producer warp copies out, whole-ring
-             loop only, read back by tools/sm90_trace.py; join it last (after the variants whose
-             timeline it records)
+             operations instead of the conversion instruction (F2FP); timing only: finite values are
+             rounded right, a NaN may come out as another value
 """
 from __future__ import annotations
 
@@ -561,150 +556,6 @@ def _stagger(cycles: int):
              "      }\n"
              "    }\n")]
 
-
-# trace: the event log read back by tools/sm90_trace.py (ltx_sm90_trace_read). One record a
-# uint64: clock64 in the low 56 bits, the event code in the top 8. Codes: 0x10 + w before wave w's
-# issue, 0x20 + w after it, 0x30 + w after its wgmma wait, 0x40 + w after its promotion, 0x50 / 0x51
-# around the next stage's acquisition, 0x60 / 0x61 around the epilogue (and the next tile's
-# begin_tile), 0x62 a staging box free (after its first barrier), 0x63 a box written (after its
-# second), 0x70 + stage the producer past that stage's empty barrier. Thread 0
-# of each consumer warpgroup and the producer thread record (role 0 the producer, 1 + c consumer c)
-# into a small ring in shared memory, which lanes of the producer warpgroup's idle second warp copy
-# to global memory: a global store from the consumers themselves held every wgmma.fence until it
-# completed and ran the traced CTAs at half speed.
-TRACE_CTAS, TRACE_ROLES, TRACE_SLOTS, TRACE_RING = 4, 4, 16384, 128
-_TRACE_DEVICE = f"""constexpr int kTraceCtas = {TRACE_CTAS}, kTraceRoles = {TRACE_ROLES}, kTraceSlots = {TRACE_SLOTS};
-constexpr int kTraceRing = {TRACE_RING};
-__device__ unsigned long long trace_buf[kTraceCtas][kTraceRoles][kTraceSlots];
-// `after` makes the clock read wait for a value (e.g. the last promoted total), so it is not
-// scheduled ahead of the work it closes. Bits 48-55 hold the record's index (mod 256), so a
-// record overwritten before it was copied out shows as a gap.
-__device__ __forceinline__ void trace_ev(unsigned long long* ring, int& n, unsigned code, float after = 0.f) {{
-  if (blockIdx.x < kTraceCtas) {{
-    unsigned long long clk;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(clk) : "f"(after) : "memory");
-    const unsigned long long v = (clk & ((1ull << 48) - 1)) | (static_cast<unsigned long long>(n & 255) << 48) |
-                                 (static_cast<unsigned long long>(code) << 56);
-    asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(ring + (n & (kTraceRing - 1)))), "l"(v) : "memory");
-  }}
-  ++n;
-}}
-__device__ __forceinline__ void trace_done(unsigned* flag) {{
-  if (blockIdx.x < kTraceCtas) {{
-    __threadfence_block();
-    asm volatile("st.volatile.shared.u32 [%0], 1;" ::"r"(smem_addr(flag)) : "memory");
-  }}
-}}
-
-"""
-_TRACE_HOST = """
-extern "C" int ltx_sm90_trace_dims(int* dims) {  // CTAs, roles, slots
-  dims[0] = ltx_gemm_sm90::kTraceCtas;
-  dims[1] = ltx_gemm_sm90::kTraceRoles;
-  dims[2] = ltx_gemm_sm90::kTraceSlots;
-  return 0;
-}
-extern "C" int ltx_sm90_trace_clear() {
-  void* p = nullptr;
-  cudaError_t e = cudaGetSymbolAddress(&p, ltx_gemm_sm90::trace_buf);
-  if (e == cudaSuccess) e = cudaMemset(p, 0, sizeof(ltx_gemm_sm90::trace_buf));
-  return static_cast<int>(e);
-}
-extern "C" int ltx_sm90_trace_read(void* dst) {
-  return static_cast<int>(cudaMemcpyFromSymbol(dst, ltx_gemm_sm90::trace_buf, sizeof(ltx_gemm_sm90::trace_buf)));
-}
-"""
-_TRACE_DRAIN = """    // lane 0 of warps 1-3 copy the rings out: warp 1 those of the producer and consumer 0, warp 2
-    // consumer 1's, warp 3 consumer 2's; a role is done once its flag is set and its ring empty
-    if (t / 32 >= 1 && t % 32 == 0 && blockIdx.x < kTraceCtas) {
-      const int r0 = t / 32 == 1 ? 0 : t / 32, r1 = t / 32 == 1 ? 1 : t / 32;
-      int n[2] = {0, 0};
-      bool done[2] = {r0 > kConsumers, r1 > kConsumers};
-      while (!(done[0] && done[1])) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int role = i == 0 ? r0 : r1;
-          if (done[i] || (i == 1 && r1 == r0)) {
-            done[i] = done[i] || r1 == r0;
-            continue;
-          }
-          unsigned* flag = &s.trace_flag[role];
-          unsigned f;
-          asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(f) : "r"(smem_addr(flag)) : "memory");
-          unsigned long long* slot = s.trace_ring[role] + n[i] % kTraceRing;
-          unsigned long long v;
-          asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(v) : "r"(smem_addr(slot)) : "memory");
-          if (v == 0) {
-            done[i] = f != 0;  // the flag was read before the slot: nothing follows
-            __nanosleep(32);  // spinning drainers take issue slots from the consumers
-            continue;
-          }
-          asm volatile("st.volatile.shared.u64 [%0], %1;" ::"r"(smem_addr(slot)), "l"(0ull) : "memory");
-          if (n[i] < kTraceSlots) trace_buf[blockIdx.x][role][n[i]] = v;
-          ++n[i];
-        }
-      }
-    }
-"""
-_TRACE_RING_ISSUE = "          issue(acc, w);\n" + _ACQ_RING
-_TRACE_RING_EPI = ("            epilogue();\n            unit += num_clusters;\n" + _TILE_RING
-                   + "          promote(w, acc, sc);\n")
-_PRODUCER_END = "      }\n    }\n  } else {  // consumers\n"
-TRACE = [
-    ("__device__ __forceinline__ void mbar_init(", _TRACE_DEVICE + "__device__ __forceinline__ void mbar_init("),
-    ("    uint64_t empty[kStages];\n",
-     "    uint64_t empty[kStages];\n    unsigned long long trace_ring[4][128];\n    unsigned trace_flag[4];\n"),
-    ('  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
-     "  for (int i = threadIdx.x; i < 4 * 128; i += blockDim.x) s.trace_ring[i / 128][i % 128] = 0;\n"
-     "  if (threadIdx.x < 4) s.trace_flag[threadIdx.x] = 0;\n"
-     '  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'),
-    ("    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n", "    setmaxnreg_dec<kConsumers == 3 ? 24 : 40>();\n" + _TRACE_DRAIN),
-    ("      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;",
-     "      int trn = 0;\n      int stage = 0;\n      uint32_t phase = 0;\n      for (int unit = cluster_id;"),
-    ("          mbar_wait(&s.empty[stage], phase ^ 1);\n",
-     "          mbar_wait(&s.empty[stage], phase ^ 1);\n          trace_ev(s.trace_ring[0], trn, 0x70 + stage);\n"),
-    (_PRODUCER_END, "      }\n      trace_done(&s.trace_flag[0]);\n    }\n  } else {  // consumers\n"),
-    ("    const int c = wg - 1;\n",
-     "    const int c = wg - 1;\n    int trn = 0;\n"
-     "    auto tr = [&](unsigned code, float after = 0.f) {\n"
-     "      if (t == 0) trace_ev(s.trace_ring[1 + c], trn, code, after);\n"
-     "    };\n"),
-    (_TRACE_RING_ISSUE,
-     "          tr(0x10 + w);\n          issue(acc, w);\n          tr(0x20 + w);\n"
-     "          if (w == kWaves - 1 && more) {\n            tr(0x50);\n            acquire(sc_next);\n"
-     "            tr(0x51, sc_next.b[0]);\n          }\n"),
-    (_TRACE_RING_EPI,
-     "            tr(0x60);\n" + _TRACE_RING_EPI.replace("            begin_tile();\n",
-                                                       "            begin_tile();\n            tr(0x61);\n")
-     .replace("          wgmma_wait<0>();\n", "          wgmma_wait<0>();\n          tr(0x30 + w);\n")
-     + "          tr(0x40 + w, total[w][BN / 2 - 1]);\n"),
-    ("      if (my_units > 0) epilogue();\n    } else if constexpr",
-     "      if (my_units > 0) {\n        tr(0x60);\n        epilogue();\n        tr(0x61);\n      }\n"
-     "    } else if constexpr"),
-    ("    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n",
-     "    if (t == 0) trace_done(&s.trace_flag[1 + c]);\n    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it\n"),
-]
-# the epilogue's box markers, where the variant joined before kept the lines they follow
-TRACE_BOXES = [
-    ("          named_barrier_sync(1 + c, 128);  // bias written; box free\n",
-     "          named_barrier_sync(1 + c, 128);  // bias written; box free\n          tr(0x62);\n"),
-    ("          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
-     "          named_barrier_sync(1 + c, 128);\n",
-     "          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
-     "          named_barrier_sync(1 + c, 128);\n          tr(0x63);\n"),
-]
-
-
-def _trace(src: str) -> str:
-    """trace: the event log (TRACE) and, where their lines remain, the box markers."""
-    for old, new in TRACE:
-        src = replace_once(src, old, new, "trace")
-    for old, new in TRACE_BOXES:
-        if src.count(old) == 1:
-            src = src.replace(old, new)
-    return src + _TRACE_HOST
-
-
 # cvtint: bf16 rounding of the epilogue in integer operations (finite values)
 _CVT = "__floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"
 CVTINT = [
@@ -721,7 +572,6 @@ __device__ __forceinline__ __nv_bfloat162 bf16x2_rne_int(float lo, float hi) {
 __device__ __forceinline__ void mbar_init("""),
     (_CVT, "bf16x2_rne_int(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"),
 ]
-
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
@@ -763,7 +613,7 @@ REPLACEMENTS = {
 }
 
 
-FUNCTIONS = {"stgq": _stgq, "trace": _trace}  # variant -> a function rewriting the source
+FUNCTIONS = {"stgq": _stgq}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
