@@ -5,8 +5,11 @@ For each shape and backend, three numbers (microseconds per call):
   kernel  CUDA-graph replay of 10 calls back to back (no host in the loop, L2 warm);
   wall    a loop of eager calls, host and GPU overlapped (what an eager caller sees).
 wall ~ kernel: the call is GPU-bound; wall ~ host: the GPU waits for Python.
+``--parts`` adds the host cost of the pieces of our eager call (same protocol): the plan key
+alone, the output's allocation alone, and the extension's binding called directly with the
+config the host picked (argument conversion, five TMA descriptors, the launch).
 
-    python tools/gemm_host_cost.py [--upstream-path DIR] [--shapes 256x4096x4096,...] [--json OUT]
+    python tools/gemm_host_cost.py [--upstream-path DIR] [--shapes 256x4096x4096,...] [--parts] [--json OUT]
 """
 import argparse
 import json
@@ -34,11 +37,29 @@ def host_us(fn, n=100):
     return us
 
 
+def _parts(qa, sa, qb, sb, bias, d):
+    """The pieces of our eager call, each alone."""
+    from ltx_kernels import gemm, tuning
+
+    m, k = qa.shape
+    n = qb.shape[0]
+    mod = lk._ext.load("_C_gemm_sm90")[0]
+    sms = torch.cuda.get_device_properties(qa.device).multi_processor_count
+    cfg = gemm.sm90_tile_config(m, n, sms, k)
+    splits = gemm.sm90_split_k(m, n, k, cfg, sms)
+    return {
+        "part:plan key": lambda: tuning.plan_key(qa, sa, qb, sb, bias, d, backend="cuda"),
+        "part:empty out": lambda: torch.empty((m, n), dtype=torch.bfloat16, device=qa.device),
+        "part:binding": lambda: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, splits),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="256x4096x4096,512x4096x4096,1024x4096x4096,2048x4096x4096,4096x4096x4096")
     ap.add_argument("--upstream-path", help="folder holding LTX-2's built blockwise_cpp (deep_gemm column)")
     ap.add_argument("--json")
+    ap.add_argument("--parts", action="store_true", help="also the host cost of our call's pieces")
     args = ap.parse_args()
     deep_gemm = upstream_gemm(args.upstream_path)
     rows = []
@@ -56,7 +77,14 @@ def main():
                "cublas_blockwise": lambda: torch._scaled_mm(qa, qb.t(), sa_m, sb.t(), out_dtype=torch.bfloat16)}
         if deep_gemm is not None:
             fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), d_dg, bias=bias)
+        if args.parts:
+            fns.update(_parts(qa, sa, qb, sb, bias, d))
         for name, fn in fns.items():
+            if name.startswith("part:"):  # host cost only: these launch nothing (or not the GEMM alone)
+                row = {"shape": spec, "backend": name, "host_us": host_us(fn)}
+                rows.append(row)
+                print(f"{spec:>16s} {name:>17s} {row['host_us']:8.1f}")
+                continue
             row = {"shape": spec, "backend": name, "host_us": host_us(fn),
                    "kernel_us": graph_ms(lambda: [fn() for _ in range(10)], iters=30) * 1e3 / 10,
                    "wall_us": wall_us(fn, 400)}
