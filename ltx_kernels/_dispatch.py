@@ -146,8 +146,9 @@ def signature(args) -> tuple:
     no data pointer; the memos are an eager-mode shortcut)."""
     if torch.compiler.is_compiling():
         return None
-    return tuple((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a
-                 for a in args)
+    # a list comprehension, not a generator: this runs on every eager call (0.5 us less at six tensors)
+    return tuple([(a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a
+                  for a in args])
 
 
 class Memo:
