@@ -38,19 +38,21 @@ def host_us(fn, n=100):
 
 
 def _parts(qa, sa, qb, sb, bias, d):
-    """The pieces of our eager call, each alone."""
+    """The pieces of our eager call, each alone (the binding gets the config and the scale layouts
+    the cuda backend would give it)."""
     from ltx_kernels import gemm, tuning
 
     m, k = qa.shape
     n = qb.shape[0]
     mod = lk._ext.load("_C_gemm_sm90")[0]
-    sms = torch.cuda.get_device_properties(qa.device).multi_processor_count
+    sms = gemm._num_sms(qa.device.index or 0)
     cfg = gemm.sm90_tile_config(m, n, sms, k)
     splits = gemm.sm90_split_k(m, n, k, cfg, sms)
+    sa_tma, sb_tma = gemm._tma_scales(sa), gemm._tma_weight_scales(sb)
     return {
         "part:plan key": lambda: tuning.plan_key(qa, sa, qb, sb, bias, d, backend="cuda"),
         "part:empty out": lambda: torch.empty((m, n), dtype=torch.bfloat16, device=qa.device),
-        "part:binding": lambda: mod.fp8_gemm_nt(qa, sa, qb, sb, bias, d, *cfg, splits),
+        "part:binding": lambda: mod.fp8_gemm_nt(qa, sa_tma, qb, sb_tma, bias, d, *cfg, splits),
     }
 
 

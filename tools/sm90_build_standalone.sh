@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Build standalone SM90 GEMM binaries (tools/sm90_standalone.cu, no torch) with nvcc, on any
 # machine: DIR/sm90_<name> for each NAME[:VARIANT]=FLAGS argument (FLAGS: extra nvcc flags, may
-# be empty). VARIANT builds a copy of the kernel rewritten by tools/sm90_kernel_variant.py
-# (nopromote, fadd, muladd, boxes, c192, rank0a, hint, relfirst, peek, ngroup, ngroup8, ngroup32, gm16,
-# txlast, epiwait, epiafter, splitepi, stagger, samc, nostorewait; joined with +). KERNEL_ROOT=path takes the kernel from another checkout's csrc/gemm_sm90
+# be empty). VARIANT builds a copy of the kernel rewritten by tools/sm90_kernel_variant.py (the
+# variants are listed in its docstring; join them with +). KERNEL_ROOT=path takes the kernel from another checkout's csrc/gemm_sm90
 # (e.g. an older commit, to time it beside this one in the same run); the harness is always this
 # checkout's.
 #   bash tools/sm90_build_standalone.sh DIR new= nopromote:nopromote= muladd:muladd=

@@ -208,6 +208,7 @@ EPIWAIT = [(_EPILOGUE_RING,
 
 
 _BOX_WAIT = "          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
+_BOX_FREE = "          named_barrier_sync(1 + c, 128);  // bias written; box free\n"
 
 
 SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
@@ -472,7 +473,7 @@ _BIAS_ONCE_A_TILE = """      float* bias_s = s.bias[c][bias_buf];
 # warps per box)
 PERWARP = _BIAS_COPIES + [
     (_EPI_BIAS_STORE, _BIAS_ONCE_A_TILE),
-    (_BOX_WAIT + "          named_barrier_sync(1 + c, 128);  // bias written; box free\n",
+    (_BOX_WAIT + _BOX_FREE,
      "          if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n          __syncwarp();\n"),
     ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]"),
     ("""          named_barrier_sync(1 + c, 128);
@@ -596,7 +597,7 @@ REPLACEMENTS = {
     "perwarp": PERWARP,
     "nostore": [("              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);\n",
                  "              if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);  // timing only\n")],
-    "nobar": [("          named_barrier_sync(1 + c, 128);  // bias written; box free\n", ""),
+    "nobar": [(_BOX_FREE, ""),
               ("          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
                "          named_barrier_sync(1 + c, 128);\n", "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
