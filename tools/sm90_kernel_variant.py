@@ -52,12 +52,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              what the epilogue costs at most
   nostore    timing only, wrong results: the epilogue stages the tile but issues no TMA store (no
              output traffic, no store reading the staging boxes)
-  nobar      timing only, may write wrong results: the epilogue's named barriers and proxy fence are
-             left out (each box written and stored without waiting for the consumer's other warps)
-  lean       a shorter epilogue: in the whole-ring loop the bias starts a tile's first promotion
-             (loaded a tile ahead, pair-swapped in shared memory so the FFMAs stay free of bank
-             conflicts) instead of being added in the epilogue, the totals need no zeroing, and the
-             staging boxes are written with stmatrix (every config)
+  nobar      timing only, may write wrong results: the epilogue's per-box named barriers and proxy
+             fence are left out (each box written and stored without waiting for the consumer's
+             other warps)
   perwarp    each warp stages and stores (TMA, its lane 0) its own 16 rows of a box: one barrier of
              the consumer's warps a tile (the bias) instead of two a box
   stgq       the epilogue without staging: each quad transposes its row's 8-column chunks with
@@ -69,6 +66,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
+
+lean (the bias starting a tile's first promotion, stmatrix writes) was written for the epilogue
+before it packed the whole part into bf16 pairs first; the last tree with it is 3f9aa33.
 """
 from __future__ import annotations
 
@@ -208,7 +208,8 @@ EPIWAIT = [(_EPILOGUE_RING,
 
 
 _BOX_WAIT = "          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
-_BOX_FREE = "          named_barrier_sync(1 + c, 128);  // bias written; box free\n"
+_BOX_FREE = "          named_barrier_sync(1 + c, 128);  // box free\n"
+_BIAS_BARRIER = "      named_barrier_sync(1 + c, 128);  // bias written\n"
 
 
 SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
@@ -289,169 +290,6 @@ EPIAFTER = [
 ]
 
 
-# lean: the (old, new) replacements, in order
-LEAN = [
-("""// TMA store of one box from shared memory;""",
-"""// Four 8x8 b16 matrices to shared memory: lane L gives the address of row L % 8 of matrix L / 8, and
-// register k holds this lane's pair of matrix k (row lane / 4, columns 2 * (lane % 4) and + 1).
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
-               "r"(r3)
-               : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// TMA store of one box from shared memory;"""),
-("""    constexpr int kBiasRegs = (BN + 127) / 128;""",
-"""    constexpr int kBiasRegs = (BN + 127) / 128;
-    // kFoldBias (whole-ring loop): the bias starts the tile's first promotion, the totals need no
-    // zeroing; bias_r holds the next tile's bias, written to shared memory in this tile's epilogue
-    constexpr bool kFoldBias = kWholeRing;
-    auto load_bias = [&](int bias_unit, float (&dst)[kBiasRegs]) {
-      int m_blk, n_grp;
-      unit_coords(bias_unit / p.splits, num_m, num_groups, m_blk, n_grp);
-      const int n_first = (n_grp * CLUSTER + rank) * BN;
-#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i) {
-        const int col = n_first + t + 128 * i;
-        dst[i] = p.bias && p.splits == 1 && bias_unit < num_units && t + 128 * i < BN && col < p.N
-                     ? ldg_ordered(p.bias + col) : 0.f;
-      }
-    };"""),
-("""#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i) {
-        const int col = n0 + t + 128 * i;
-        bias_r[i] = p.bias && p.splits == 1 && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
-      }
-      if (p.splits > 1)""", """      load_bias(kFoldBias ? unit + num_clusters : unit, bias_r);
-      if (p.splits > 1)"""),
-("""    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {""",
- """    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {"""),
-("""        total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-        total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-        total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-        total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);""",
-"""        if (first) {  // bias pair-swapped in shared memory: the wgmma accumulators have fixed parity
-          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], bv.y);
-          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], bv.x);
-          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], bv.y);
-          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], bv.x);
-        } else {
-          total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-          total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-          total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-          total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
-        }"""),
-("""                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;""", """                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
-            }
-          }
-          if constexpr (!kFoldBias) {
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-          }"""),
-("""#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i)
-        if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {""", """      if constexpr (!kFoldBias) {
-#pragma unroll
-        for (int i = 0; i < kBiasRegs; ++i)
-          if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
-      }
-      const int st_row = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8, st_chunk = lane / 16;
-      const int st_sw = Cfg::kBoxCols == 64 ? st_row % 8 : (st_row >> 1) % 4;
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {"""),
-("""          named_barrier_sync(1 + c, 128);  // bias written; box free
-#pragma unroll
-          for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
-            const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
-            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = row_in_wave + 8 * h;
-              const __nv_bfloat162 v =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
-              *reinterpret_cast<__nv_bfloat162*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) = v;
-            }
-          }""", """          named_barrier_sync(1 + c, 128);  // bias written; box free
-          if (kFoldBias && w == 0 && bx == 0) {  // the next tile's bias, pair-swapped
-#pragma unroll
-            for (int i = 0; i < kBiasRegs; ++i)
-              if (t + 128 * i < BN) sts_ordered(&s.bias[c][(t + 128 * i) ^ 1], bias_r[i]);
-          }
-          const uint32_t box_row = smem_addr(box) + st_row * (2 * Cfg::kBoxCols);
-#pragma unroll
-          for (int jp = 0; jp < Cfg::kBoxCols / 16; ++jp) {  // pairs of the box's 16-byte chunks a row
-            uint32_t v[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int h = q % 2, j = bx * (Cfg::kBoxCols / 8) + 2 * jp + q / 2;
-              if constexpr (kFoldBias) {
-                v[q] = pack_bf16(total[w][4 * j + 2 * h], total[w][4 * j + 2 * h + 1]);
-              } else {
-                const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
-                v[q] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              }
-            }
-            stmatrix_x4(box_row + (((2 * jp + st_chunk) ^ st_sw) * 16), v[0], v[1], v[2], v[3]);
-          }"""),
-("""            bulk_commit();
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      }
-    };""", """            bulk_commit();
-          }
-        }
-        if constexpr (!kFoldBias) {
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-        }
-      }
-    };"""),
-("""    if (my_units > 0) begin_tile();""", """    if (my_units > 0) {
-      if constexpr (kFoldBias) {  // the first tile's bias, for its first promotion
-        float first_bias[kBiasRegs];
-        load_bias(unit, first_bias);
-#pragma unroll
-        for (int i = 0; i < kBiasRegs; ++i)
-          if (t + 128 * i < BN) sts_ordered(&s.bias[c][(t + 128 * i) ^ 1], first_bias[i]);
-        named_barrier_sync(1 + c, 128);
-      }
-      begin_tile();
-    }"""),
-("""      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)""",
- """      auto block = [&](bool more, bool first, bool close_previous) {"""),
-("""          if (w == kWaves - 1) release();
-          promote(w, acc, sc);
-        }
-      };
-      if (stream > 0) acquire(sc_next);""", """          if (w == kWaves - 1) release();
-          promote(w, acc, sc, first);
-        }
-      };
-      if (stream > 0) acquire(sc_next);"""),
-(_RING_CALL, """            stage = release_stage = i;
-            const bool more = i < kStages - 1 || r + 1 < revs || u + 1 < my_units;
-            if (i == 0 && r == 0)
-              block(more, true, u > 0);
-            else
-              block(more, false, false);
-"""),
-]
-
 # The epilogue's bias store, and (perwarp, stgq) the bias written once a tile behind one barrier of
 # the consumer's warps, into copies that alternate between tiles (a warp still reading the previous
 # tile's copy is never overwritten)
@@ -472,7 +310,7 @@ _BIAS_ONCE_A_TILE = """      float* bias_s = s.bias[c][bias_buf];
 # perwarp: each warp stages and stores its own 16-row slab of a box (no barrier of the consumer's
 # warps per box)
 PERWARP = _BIAS_COPIES + [
-    (_EPI_BIAS_STORE, _BIAS_ONCE_A_TILE),
+    (_EPI_BIAS_STORE + _BIAS_BARRIER, _BIAS_ONCE_A_TILE),
     (_BOX_WAIT + _BOX_FREE,
      "          if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n          __syncwarp();\n"),
     ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]"),
@@ -558,21 +396,13 @@ def _stagger(cycles: int):
              "    }\n")]
 
 # cvtint: bf16 rounding of the epilogue in integer operations (finite values)
-_CVT = "__floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"
-CVTINT = [
-    ("__device__ __forceinline__ void mbar_init(",
-     """// round to nearest even into bf16, two values packed (lo in the low half); finite inputs
-__device__ __forceinline__ __nv_bfloat162 bf16x2_rne_int(float lo, float hi) {
-  uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
+CVTINT = [("""  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+""", """  uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
   a += 0x7fffu + ((a >> 16) & 1u);
   b += 0x7fffu + ((b >> 16) & 1u);
-  const uint32_t v = __byte_perm(a, b, 0x7632);
-  return *reinterpret_cast<const __nv_bfloat162*>(&v);
-}
-
-__device__ __forceinline__ void mbar_init("""),
-    (_CVT, "bf16x2_rne_int(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);"),
-]
+  return __byte_perm(a, b, 0x7632);
+""")]
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
@@ -593,7 +423,6 @@ REPLACEMENTS = {
     "samc": SAMC,
     "splitepi": SPLITEPI,
     "epiafter": EPIAFTER,
-    "lean": LEAN,
     "perwarp": PERWARP,
     "nostore": [("              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);\n",
                  "              if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);  // timing only\n")],

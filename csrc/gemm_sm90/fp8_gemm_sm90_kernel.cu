@@ -202,6 +202,12 @@ __device__ __forceinline__ void fence_operands(float (&r)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// Two fp32 values rounded to bf16 (round to nearest even), packed low then high.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // TMA store of one box from shared memory; completion is tracked per thread in bulk async-groups.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c_inner, int c_row) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
@@ -461,12 +467,13 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
       }
     };
-    // Epilogue of the tile, per wave: bias and one bf16 rounding into a staging buffer laid out as
-    // the TMA store's boxes (64 columns with the 128-byte swizzle, or 32 with the 64-byte one: the
-    // swizzle XORs a row's 16-byte chunk index with its address bits 7 and up, so the 8 rows a warp
-    // writes at once hit distinct banks), then one thread stores the boxes with TMA. The store runs
-    // asynchronously while the consumers go on; a buffer is rewritten only after the TMA has read
-    // it. TMA clips rows past M and columns past N. Then the next tile begins with a zero total.
+    // Epilogue of the tile: bias and one bf16 rounding of the consumer's whole part into registers,
+    // then, box by box, the bf16 pairs into a staging buffer laid out as the TMA store's boxes (64
+    // columns with the 128-byte swizzle, or 32 with the 64-byte one: the swizzle XORs a row's
+    // 16-byte chunk index with its address bits 7 and up, so the 8 rows a warp writes at once hit
+    // distinct banks), which one thread stores with TMA. The store runs asynchronously while the
+    // consumers go on; a buffer is rewritten only after the TMA has read it. TMA clips rows past M
+    // and columns past N. Then the next tile begins with a zero total.
     auto epilogue = [&] {
       // fp32 partial straight from the registers, one 4-byte store a value: a 64-bit store of two
       // would tie each pair of totals to an aligned register pair, and the allocator then leaves
@@ -493,24 +500,37 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i)
         if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
+      named_barrier_sync(1 + c, 128);  // bias written
+      // The bias and the rounding of the consumer's whole part first, into bf16 pairs: the loads
+      // and the math are independent, so the scheduler overlaps their latencies (done box by box,
+      // each box's bias load, add, convert and store formed one dependent chain), and the stores
+      // below hold half the registers the fp32 totals did.
+      uint32_t packed[kWaves][BN / 4];
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            packed[w][2 * j + h] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+        }
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
         for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {
           uint8_t* box = s.staging[c][(w * (BN / Cfg::kBoxCols) + bx) % Cfg::kStagingBoxes];
           if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
-          named_barrier_sync(1 + c, 128);  // bias written; box free
+          named_barrier_sync(1 + c, 128);  // box free
 #pragma unroll
           for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
             const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
-            const float2 bv = *reinterpret_cast<const float2*>(&s.bias[c][8 * j + 2 * (lane % 4)]);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = row_in_wave + 8 * h;
-              const __nv_bfloat162 v =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
               const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
-              *reinterpret_cast<__nv_bfloat162*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) = v;
+              *reinterpret_cast<uint32_t*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) =
+                  packed[w][2 * j + h];
             }
           }
           fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
