@@ -15,7 +15,8 @@ ptxas may schedule a few instructions between the two) and the rest; and the hot
 instructions over executed first wgmmas of a wave). Samples of warps
 outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out
 of those shares; ``--outside N`` lists the N lines outside it with the most samples, each with its
-share of all the kernel's samples (in the cluster build, the producer warpgroup's three idle warps
+share of all the kernel's samples; ``--groups N`` sums the samples of lines executed equally often
+(one region of the code each: a K-loop copy, the epilogue's rounds) with their stall reasons (in the cluster build, the producer warpgroup's three idle warps
 wait at the final cluster barrier, UCGABAR_WAIT, for the whole kernel: a quarter of its samples,
 issuing nothing).
 """
@@ -167,6 +168,27 @@ def wait_sites(lines: list[dict], hot: int) -> list[str]:
     return [f"{where} executed {n:,}: {100.0 * k / total:.1f} %" for where, n, k in sites.values()]
 
 
+def execution_groups(lines: list[dict], n: int) -> list[str]:
+    """Samples grouped by how often their lines executed, the n largest groups: lines executed
+    equally often are one region of the kernel (a copy of the unrolled K loop, the epilogue's
+    rounds, the producer's loop), so this splits the kernel's time by region without addresses.
+    Each group: its share of all samples, its lines, and the stall reasons of its samples."""
+    total = sum(samples(line) for line in lines) or 1
+    reasons = [k for k in (lines[0] if lines else {}) if k.startswith("stall_") and "Not Issued" not in k]
+    groups = collections.defaultdict(lambda: [0, 0, collections.Counter()])
+    for line in lines:
+        g = groups[executed(line)]
+        g[0] += samples(line)
+        g[1] += 1
+        for k in reasons:
+            g[2][k[len("stall_"):]] += int(line[k] or 0)
+    rows = []
+    for ex, (k, nlines, why) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:n]:
+        top = " ".join(f"{r} {100.0 * v / (k or 1):.0f}" for r, v in why.most_common(5) if v)
+        rows.append(f"{100.0 * k / total:5.1f} %  executed {ex:>9,} x {nlines:4d} lines  stalls, %: {top}")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("txt")
@@ -176,6 +198,8 @@ def main() -> None:
                     help="also list the executions of every mbarrier try-wait site, and the hot loop's waits by site")
     ap.add_argument("--outside", type=int, default=0, metavar="N",
                     help="also list the N lines outside the hot loop with the most samples")
+    ap.add_argument("--groups", type=int, default=0, metavar="N",
+                    help="also list the N largest groups of lines executed equally often, with their stall reasons")
     args = ap.parse_args()
     heads = headline(args.txt)
     sass = sass_kernels(args.sass_csv_gz) if args.sass_csv_gz else []
@@ -190,6 +214,8 @@ def main() -> None:
                     print("  hot-loop wait at " + site)
             for row in outside_hot_loop(sass[i][1], args.hot, args.outside):
                 print("  outside the hot loop: " + row)
+            for row in execution_groups(sass[i][1], args.groups):
+                print("  executed alike: " + row)
 
 
 if __name__ == "__main__":
