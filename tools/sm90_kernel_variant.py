@@ -63,6 +63,13 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
+  dualhead   two-wave tiles in one CTA (256x128x1), whole-ring loop: both waves of a tile's first
+             block are issued under the previous tile's epilogue (wave 1 into a second
+             accumulator, once the part is in bf16 pairs and the fp32 totals' registers are free),
+             instead of wave 0's alone; the first block's promotions overwrite the totals (FMUL),
+             so the epilogue leaves them unzeroed. ptxas places both wgmma waits before the two
+             promotions. No spills in any instantiation (nvcc 13.0); the 2-CTA build would spill
+             and keeps the kernel's order
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
@@ -386,6 +393,54 @@ def _stgq(src: str) -> str:
     return src[:start] + _STGQ_BODY + src[end:]
 
 
+def _dualhead(src: str) -> str:
+    """dualhead: see the module docstring."""
+    v = "dualhead"
+    src = replace_once(src, "    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {",
+                       "    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {", v)
+    fmas = "".join(f"        total[w][4 * j + {i}] = fmaf(s{i // 2}, acc[4 * j + {i}], total[w][4 * j + {i}]);\n"
+                   for i in range(4))
+    src = replace_once(src, fmas, "        if (first) {\n"
+                       + "".join(f"          total[w][4 * j + {i}] = s{i // 2} * acc[4 * j + {i}];\n" for i in range(4))
+                       + "        } else {\n" + _INDENT.sub("  ", fmas) + "        }\n", v)
+    src = replace_once(src, _EPI_HEAD, "    auto epilogue = [&](auto&& between, bool zero) {  // between(): once the part is packed\n", v)
+    zero_w = "#pragma unroll\n          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n"
+    src = replace_once(src, zero_w + "        }\n        return;\n",
+                       "          if (zero) {\n" + _INDENT.sub("  ", zero_w) + "          }\n        }\n        between();\n"
+                       "        return;\n", v)
+    src = replace_once(src, "        }\n#pragma unroll\n      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n"
+                       "        for (int bx = 0;", "        }\n      between();\n#pragma unroll\n"
+                       "      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n        for (int bx = 0;", v)
+    zero_end = "#pragma unroll\n        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n      }\n    };\n"
+    src = replace_once(src, zero_end, "        if (zero) {\n" + _INDENT.sub("  ", zero_end.split("      }\n")[0])
+                       + "        }\n      }\n    };\n    const auto nothing = [] {};\n", v)
+    if src.count("epilogue();") < 2:
+        raise SystemExit(f"{v}: the kernel no longer calls epilogue() where expected")
+    src = src.replace("epilogue();", "epilogue(nothing, true);")
+    head = ("      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)\n"
+            "        sc = sc_next;\n")
+    return replace_once(src, head, "      float acc1[BN / 2];\n" + head + """        if constexpr (kWaves == 2 && CLUSTER == 1) {  // (the 2-CTA build spills)
+          if (close_previous) {
+            issue(acc, 0);
+            epilogue([&] {
+              issue(acc1, 1);
+              if (more) acquire(sc_next);
+            }, false);
+            unit += num_clusters;
+            begin_tile();
+            wgmma_wait<1>();
+            fence_operands(acc);
+            promote(0, acc, sc, true);
+            wgmma_wait<0>();
+            fence_operands(acc1);
+            release();
+            promote(1, acc1, sc, true);
+            return;
+          }
+        }
+""", v)
+
+
 def _stagger(cycles: int):
     return [("    const int c = wg - 1;\n",
              "    const int c = wg - 1;\n"
@@ -443,7 +498,7 @@ REPLACEMENTS = {
 }
 
 
-FUNCTIONS = {"stgq": _stgq}  # variant -> a function rewriting the source
+FUNCTIONS = {"stgq": _stgq, "dualhead": _dualhead}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
