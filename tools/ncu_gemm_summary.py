@@ -15,10 +15,10 @@ ptxas may schedule a few instructions between the two) and the rest; and the hot
 instructions over executed first wgmmas of a wave). Samples of warps
 outside the hot loop (an idle producer warp parked at the final cluster barrier, say) are left out
 of those shares; ``--outside N`` lists the N lines outside it with the most samples, each with its
-share of all the kernel's samples; ``--groups N`` sums the samples of lines executed equally often
-(one region of the code each: a K-loop copy, the epilogue's rounds) with their stall reasons (in the cluster build, the producer warpgroup's three idle warps
+share of all the kernel's samples (in the cluster build, the producer warpgroup's three idle warps
 wait at the final cluster barrier, UCGABAR_WAIT, for the whole kernel: a quarter of its samples,
-issuing nothing).
+issuing nothing). ``--groups N`` sums the samples of lines executed equally often (one region of
+the code each: a K-loop copy, the epilogue's rounds) with their stall reasons.
 """
 from __future__ import annotations
 
