@@ -17,16 +17,22 @@ ROOT=${KERNEL_ROOT:-$(cd "$HERE/.." && pwd)}
 mkdir -p "$DIR"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# Every variant's source first, so that one the tool refuses stops the script before any compile
+# starts (a refusal while others compile would remove their sources under them).
+for spec in "$@"; do
+  name=${spec%%=*}
+  if [[ $name == *:* ]]; then
+    python3 "$HERE/sm90_kernel_variant.py" "${name#*:}" "$ROOT/csrc/gemm_sm90" "$TMP/${name%%:*}"
+  fi
+done
 pids=()
 for spec in "$@"; do
   name=${spec%%=*}
   flags=${spec#*=}
   inc=$ROOT/csrc/gemm_sm90
   if [[ $name == *:* ]]; then
-    variant=${name#*:}
     name=${name%%:*}
     inc=$TMP/$name
-    python3 "$HERE/sm90_kernel_variant.py" "$variant" "$ROOT/csrc/gemm_sm90" "$inc"
   fi
   # shellcheck disable=SC2086
   if [ "${LIB:-0}" = 1 ]; then
