@@ -254,14 +254,13 @@ SPLITEPI = [
 ]
 
 
-_RING_CALL = """            stage = release_stage = i;
-            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
-"""
 _RING_LOOP = """      for (int u = 0; u < my_units; ++u)
         for (int r = 0; r < revs; ++r)
 #pragma unroll
           for (int i = 0; i < kStages; ++i) {
-""" + _RING_CALL + """          }
+            stage = release_stage = i;
+            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
+          }
       if (my_units > 0) epilogue();
 """
 EPIAFTER = [
@@ -408,11 +407,9 @@ def _dualhead(src: str) -> str:
     src = replace_once(src, zero_w + "        }\n        return;\n",
                        "          if (zero) {\n" + _INDENT.sub("  ", zero_w) + "          }\n        }\n        between();\n"
                        "        return;\n", v)
-    src = replace_once(src, "        }\n#pragma unroll\n      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n"
-                       "        for (int bx = 0;", "        }\n      between();\n#pragma unroll\n"
-                       "      for (int w = 0; w < kWaves; ++w) {\n#pragma unroll\n        for (int bx = 0;", v)
-    zero_end = "#pragma unroll\n        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n      }\n    };\n"
-    src = replace_once(src, zero_end, "        if (zero) {\n" + _INDENT.sub("  ", zero_end.split("      }\n")[0])
+    src = replace_once(src, "        }\n#pragma unroll\n" + _EPI_W, "        }\n      between();\n#pragma unroll\n" + _EPI_W, v)
+    zero_end = _EPI_BODY_END.removesuffix("      }\n    };\n")  # the end of each wave: its totals zeroed
+    src = replace_once(src, _EPI_BODY_END, "        if (zero) {\n" + _INDENT.sub("  ", zero_end)
                        + "        }\n      }\n    };\n    const auto nothing = [] {};\n", v)
     if src.count("epilogue();") < 2:
         raise SystemExit(f"{v}: the kernel no longer calls epilogue() where expected")
