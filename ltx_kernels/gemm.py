@@ -212,14 +212,19 @@ def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
     return torch.empty(nb, ref.align4(kb), dtype=torch.float32, device=sb.device)[:, :kb].copy_(sb)
 
 
-@gemm_op.register("cuda", reasons=_cuda_reasons)
-def _gemm_cuda(a, sa, b, sb, bias, d):
-    mod, _ = _ext.load("_C_gemm_sm90")
+def sm90_launch_args(a, sa, b, sb) -> tuple:
+    """What the cuda backend passes the extension besides the tensors: the scales in the layouts
+    its TMA reads (copies where needed), the tile config and the K slices for this device."""
     m, k = a.shape
     sms = _num_sms(a.device.index or 0)
     cfg = sm90_tile_config(m, b.shape[0], sms, k)
-    splits = sm90_split_k(m, b.shape[0], k, cfg, sms)
-    sa_tma, sb_tma = _tma_scales(sa), _tma_weight_scales(sb)
+    return _tma_scales(sa), _tma_weight_scales(sb), cfg, sm90_split_k(m, b.shape[0], k, cfg, sms)
+
+
+@gemm_op.register("cuda", reasons=_cuda_reasons)
+def _gemm_cuda(a, sa, b, sb, bias, d):
+    mod, _ = _ext.load("_C_gemm_sm90")
+    sa_tma, sb_tma, cfg, splits = sm90_launch_args(a, sa, b, sb)
     mod.fp8_gemm_nt(a, sa_tma, b, sb_tma, bias, d, *cfg, splits)
     if sa_tma is sa and sb_tma is sb:  # (a copy would be needed again on every call)
         _plans.offer(_plan(lambda a, sa, b, sb, bias, d: mod.fp8_gemm_nt(a, sa, b, sb, bias, d, *cfg, splits),

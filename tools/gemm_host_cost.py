@@ -42,13 +42,9 @@ def _parts(qa, sa, qb, sb, bias, d):
     the cuda backend would give it)."""
     from ltx_kernels import gemm, tuning
 
-    m, k = qa.shape
-    n = qb.shape[0]
+    m, n = qa.shape[0], qb.shape[0]
     mod = lk._ext.load("_C_gemm_sm90")[0]
-    sms = gemm._num_sms(qa.device.index or 0)
-    cfg = gemm.sm90_tile_config(m, n, sms, k)
-    splits = gemm.sm90_split_k(m, n, k, cfg, sms)
-    sa_tma, sb_tma = gemm._tma_scales(sa), gemm._tma_weight_scales(sb)
+    sa_tma, sb_tma, cfg, splits = gemm.sm90_launch_args(qa, sa, qb, sb)
     return {
         "part:plan key": lambda: tuning.plan_key(qa, sa, qb, sb, bias, d, backend="cuda"),
         "part:empty out": lambda: torch.empty((m, n), dtype=torch.bfloat16, device=qa.device),
