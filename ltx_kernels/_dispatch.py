@@ -211,10 +211,23 @@ def _fmt(d):
     return "; ".join(f"{k}: {', '.join(v)}" for k, v in d.items())
 
 
+# Every eager call reads LTX_KERNELS_BACKEND. os.environ.get takes about 1 us when the variable is
+# unset (os._Environ raises and catches a KeyError); the bytes dict behind os.environ, which its
+# setters update, answers in tens of nanoseconds. Windows keys that dict differently.
+_ENV_BYTES = os.environ._data if os.name == "posix" and isinstance(getattr(os.environ, "_data", None), dict) else None
+
+
+def _backend_env() -> str:
+    if _ENV_BYTES is None:
+        return os.environ.get("LTX_KERNELS_BACKEND", "")
+    value = _ENV_BYTES.get(b"LTX_KERNELS_BACKEND")
+    return "" if value is None else os.fsdecode(value)
+
+
 def resolve_backend_name(backend: str | None) -> str:
     name = "backend"
     if backend is None or backend == "auto":
-        backend = os.environ.get("LTX_KERNELS_BACKEND", "auto") or "auto"
+        backend = _backend_env() or "auto"
         name = "LTX_KERNELS_BACKEND"
     if backend not in ("auto",) + BACKENDS:
         raise ValueError(f"{name} must be one of 'auto', 'torch', 'triton', 'cuda'; got {backend!r}")
