@@ -63,6 +63,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
+  stgpk      the packed-first epilogue without staging: the bf16 pairs transposed across each quad
+             with shuffles, each lane storing 16 bytes to global memory (no TMA store, no store
+             waits, no barrier but one a tile for the bias, copies alternating between tiles)
   dualhead   two-wave tiles in one CTA (256x128x1), whole-ring loop: both waves of a tile's first
              block are issued under the previous tile's epilogue (wave 1 into a second
              accumulator, once the part is in bf16 pairs and the fp32 totals' registers are free),
@@ -392,6 +395,52 @@ def _stgq(src: str) -> str:
     return src[:start] + _STGQ_BODY + src[end:]
 
 
+_STGPK_STORES = """      // Straight to global memory: a quad holds a row's 8-column chunk as four 32-bit words (word q
+      // in lane q); transposed across the quad over four chunks, lane q holds chunk 4g + q whole
+      // and stores its 16 bytes (a warp: 8 rows x 64 bytes).
+      const int q = lane % 4;
+      const bool q0 = q & 1, q1 = q & 2;
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + w * 64 + row_in_wave + 8 * h;
+          __nv_bfloat16* drow = p.d + static_cast<int64_t>(row) * p.ldd + n0;
+#pragma unroll
+          for (int g = 0; g < NJ / 4; ++g) {
+            uint32_t x[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) x[k] = packed[w][2 * (4 * g + k) + h];
+            uint32_t r = __shfl_xor_sync(0xffffffff, q0 ? x[0] : x[1], 1);
+            if (q0) x[0] = r; else x[1] = r;
+            r = __shfl_xor_sync(0xffffffff, q0 ? x[2] : x[3], 1);
+            if (q0) x[2] = r; else x[3] = r;
+            r = __shfl_xor_sync(0xffffffff, q1 ? x[0] : x[2], 2);
+            if (q1) x[0] = r; else x[2] = r;
+            r = __shfl_xor_sync(0xffffffff, q1 ? x[1] : x[3], 2);
+            if (q1) x[1] = r; else x[3] = r;
+            const int col = 8 * (4 * g + q);
+            if (row < p.M && n0 + col < p.N)
+              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(drow + col), "r"(x[0]), "r"(x[1]),
+                           "r"(x[2]), "r"(x[3])
+                           : "memory");
+          }
+        }
+"""
+
+
+def _stgpk(src: str) -> str:
+    """stgpk: see the module docstring."""
+    v = "stgpk"
+    for old, new in _BIAS_COPIES + [(_EPI_BIAS_STORE + _BIAS_BARRIER, _BIAS_ONCE_A_TILE),
+                                    ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]")]:
+        src = replace_once(src, old, new, v)
+    start = src.index("#pragma unroll\n" + _EPI_W)
+    end = src.index(_EPI_BODY_END, start)
+    zero = "#pragma unroll\n        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n      }\n    };\n"
+    return src[:start] + _STGPK_STORES + zero + src[end + len(_EPI_BODY_END):]
+
+
 def _dualhead(src: str) -> str:
     """dualhead: see the module docstring."""
     v = "dualhead"
@@ -495,7 +544,7 @@ REPLACEMENTS = {
 }
 
 
-FUNCTIONS = {"stgq": _stgq, "dualhead": _dualhead}  # variant -> a function rewriting the source
+FUNCTIONS = {"stgq": _stgq, "stgpk": _stgpk, "dualhead": _dualhead}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
