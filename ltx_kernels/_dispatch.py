@@ -213,14 +213,13 @@ def _fmt(d):
 
 # Every eager call reads LTX_KERNELS_BACKEND. os.environ.get takes about 1 us when the variable is
 # unset (os._Environ raises and catches a KeyError); the bytes dict behind os.environ, which its
-# setters update, answers in tens of nanoseconds. Windows keys that dict differently.
-_ENV_BYTES = os.environ._data if os.name == "posix" and isinstance(getattr(os.environ, "_data", None), dict) else None
-
-
+# setters update, answers in tens of nanoseconds. Anything else in os.environ's place (a mock, or
+# Windows, which keys that dict differently) is read the usual way.
 def _backend_env() -> str:
-    if _ENV_BYTES is None:
-        return os.environ.get("LTX_KERNELS_BACKEND", "")
-    value = _ENV_BYTES.get(b"LTX_KERNELS_BACKEND")
+    env = os.environ
+    if os.name != "posix" or type(env) is not os._Environ:
+        return env.get("LTX_KERNELS_BACKEND", "")
+    value = env._data.get(b"LTX_KERNELS_BACKEND")
     return "" if value is None else os.fsdecode(value)
 
 

@@ -52,6 +52,24 @@ def test_env_default_backend(monkeypatch, caplog):
         lk.rms_norm_split_rope(x, c, s)
 
 
+def test_backend_variable_is_read_on_every_call(monkeypatch):
+    # the fast read goes through os.environ's own dict: every way of changing the variable shows
+    from unittest import mock
+
+    monkeypatch.delenv("LTX_KERNELS_BACKEND", raising=False)
+    assert _dispatch.resolve_backend_name("auto") == "auto"
+    monkeypatch.setenv("LTX_KERNELS_BACKEND", "triton")
+    assert _dispatch.resolve_backend_name(None) == "triton"
+    monkeypatch.setenv("LTX_KERNELS_BACKEND", "")
+    assert _dispatch.resolve_backend_name("auto") == "auto"
+    with mock.patch.dict(os.environ, {"LTX_KERNELS_BACKEND": "torch"}):
+        assert _dispatch.resolve_backend_name("auto") == "torch"
+    with mock.patch.object(os, "environ", {"LTX_KERNELS_BACKEND": "cuda"}):
+        assert _dispatch.resolve_backend_name("auto") == "cuda"
+    assert _dispatch.resolve_backend_name("auto") == "auto"
+    assert _dispatch.resolve_backend_name("torch") == "torch"  # an explicit backend wins
+
+
 @pytest.mark.parametrize("text", ["abc", "256,128", "100,100,1", "256,128,2,0", "256,128,2,1,1"])
 def test_bad_sm90_tile_variable_names_itself(monkeypatch, text):
     """LTX_KERNELS_SM90_TILE (benchmarks) is read at the first SM90 GEMM; a value that is not a
