@@ -66,6 +66,8 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stgpk      the packed-first epilogue without staging: the bf16 pairs transposed across each quad
              with shuffles, each lane storing 16 bytes to global memory (no TMA store, no store
              waits, no barrier but one a tile for the bias, copies alternating between tiles)
+  onebar     the epilogue's first box made free by the bias barrier: the TMA-read wait for it
+             moves before that barrier and its own barrier goes (one named barrier a tile fewer)
   dualhead   two-wave tiles in one CTA (256x128x1), whole-ring loop: both waves of a tile's first
              block are issued under the previous tile's epilogue (wave 1 into a second
              accumulator, once the part is in bf16 pairs and the fp32 totals' registers are free),
@@ -538,6 +540,8 @@ REPLACEMENTS = {
         return;
       }
 """)],
+    "onebar": [(_BIAS_BARRIER, "      if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();  // the first box free\n" + _BIAS_BARRIER),
+               (_BOX_WAIT + _BOX_FREE, "          if (w > 0 || bx > 0) {\n  " + _BOX_WAIT + "  " + _BOX_FREE + "          }\n")],
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
