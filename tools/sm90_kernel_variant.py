@@ -347,60 +347,10 @@ _EPI_BODY_END = """#pragma unroll
       }
     };
 """
-_STGQ_BODY = _BIAS_ONCE_A_TILE + """      // Straight to global memory: the quad's four lanes hold a row's 8-column chunk as four 32-bit
-      // words (word q in lane q); transposed across the quad over four chunks, each lane holds one
-      // chunk's 16 bytes and stores them with one 16-byte store (a warp: 8 rows x 64 bytes).
-      const int q = lane % 4;
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + w * 64 + row_in_wave + 8 * h;
-          __nv_bfloat16* drow = p.d + static_cast<int64_t>(row) * p.ldd + n0;
-#pragma unroll
-          for (int g = 0; g < NJ / 4; ++g) {
-            uint32_t x[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const int j = 4 * g + k;
-              const float2 bv = *reinterpret_cast<const float2*>(&bias_s[8 * j + 2 * q]);
-              const __nv_bfloat162 v =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              x[k] = *reinterpret_cast<const uint32_t*>(&v);
-            }
-            const bool b0 = q & 1, b1 = q & 2;
-            uint32_t r = __shfl_xor_sync(0xffffffff, b0 ? x[0] : x[1], 1);
-            if (b0) x[0] = r; else x[1] = r;
-            r = __shfl_xor_sync(0xffffffff, b0 ? x[2] : x[3], 1);
-            if (b0) x[2] = r; else x[3] = r;
-            r = __shfl_xor_sync(0xffffffff, b1 ? x[0] : x[2], 2);
-            if (b1) x[0] = r; else x[2] = r;
-            r = __shfl_xor_sync(0xffffffff, b1 ? x[1] : x[3], 2);
-            if (b1) x[1] = r; else x[3] = r;
-            const int col = 8 * (4 * g + q);  // lane q now holds chunk 4g + q
-            if (row < p.M && n0 + col < p.N)
-              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(drow + col), "r"(x[0]), "r"(x[1]),
-                           "r"(x[2]), "r"(x[3])
-                           : "memory");
-          }
-        }
-"""
-
-
-def _stgq(src: str) -> str:
-    """stgq: the epilogue's boxes replaced by quad-transposed 16-byte global stores (no staging, no
-    TMA store, no waits, one barrier a tile for the bias)."""
-    for old, new in _BIAS_COPIES:
-        src = replace_once(src, old, new, "stgq")
-    start = src.index(_EPI_BIAS_STORE)
-    end = src.index(_EPI_BODY_END, start)
-    return src[:start] + _STGQ_BODY + src[end:]
-
-
-_STGPK_STORES = """      // Straight to global memory: a quad holds a row's 8-column chunk as four 32-bit words (word q
-      // in lane q); transposed across the quad over four chunks, lane q holds chunk 4g + q whole
-      // and stores its 16 bytes (a warp: 8 rows x 64 bytes).
-      const int q = lane % 4;
+# Straight to global memory, shared by stgq and stgpk: a quad holds a row's 8-column chunk as four
+# 32-bit words (word q in lane q); x[k] is chunk 4g + k's word. Transposed across the quad, lane q
+# holds chunk 4g + q whole and stores its 16 bytes (a warp: 8 rows x 64 bytes).
+_QUAD_STORE_HEAD = """      const int q = lane % 4;
       const bool q0 = q & 1, q1 = q & 2;
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
@@ -411,9 +361,8 @@ _STGPK_STORES = """      // Straight to global memory: a quad holds a row's 8-co
 #pragma unroll
           for (int g = 0; g < NJ / 4; ++g) {
             uint32_t x[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) x[k] = packed[w][2 * (4 * g + k) + h];
-            uint32_t r = __shfl_xor_sync(0xffffffff, q0 ? x[0] : x[1], 1);
+"""
+_QUAD_STORE_TAIL = """            uint32_t r = __shfl_xor_sync(0xffffffff, q0 ? x[0] : x[1], 1);
             if (q0) x[0] = r; else x[1] = r;
             r = __shfl_xor_sync(0xffffffff, q0 ? x[2] : x[3], 1);
             if (q0) x[2] = r; else x[3] = r;
@@ -429,6 +378,30 @@ _STGPK_STORES = """      // Straight to global memory: a quad holds a row's 8-co
           }
         }
 """
+_STGQ_BODY = _BIAS_ONCE_A_TILE + _QUAD_STORE_HEAD + """#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const int j = 4 * g + k;
+              const float2 bv = *reinterpret_cast<const float2*>(&bias_s[8 * j + 2 * q]);
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+              x[k] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+""" + _QUAD_STORE_TAIL
+
+
+def _stgq(src: str) -> str:
+    """stgq: the epilogue's boxes replaced by quad-transposed 16-byte global stores (no staging, no
+    TMA store, no waits, one barrier a tile for the bias)."""
+    for old, new in _BIAS_COPIES:
+        src = replace_once(src, old, new, "stgq")
+    start = src.index(_EPI_BIAS_STORE)
+    end = src.index(_EPI_BODY_END, start)
+    return src[:start] + _STGQ_BODY + src[end:]
+
+
+_STGPK_STORES = _QUAD_STORE_HEAD + """#pragma unroll
+            for (int k = 0; k < 4; ++k) x[k] = packed[w][2 * (4 * g + k) + h];
+""" + _QUAD_STORE_TAIL
 
 
 def _stgpk(src: str) -> str:
