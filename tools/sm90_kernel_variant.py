@@ -68,6 +68,10 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              waits, no barrier but one a tile for the bias, copies alternating between tiles)
   onebar     the epilogue's first box made free by the bias barrier: the TMA-read wait for it
              moves before that barrier and its own barrier goes (one named barrier a tile fewer)
+  oneround   configs that stage the consumer's whole part (192x128; 256x128 with boxes): every box
+             written, then one proxy fence and one barrier, then all the part's TMA stores; the
+             wait for the previous tile's stores before the bias barrier (two barriers a tile
+             instead of one and two a box)
   dualhead   two-wave tiles in one CTA (256x128x1), whole-ring loop: both waves of a tile's first
              block are issued under the previous tile's epilogue (wave 1 into a second
              accumulator, once the part is in bf16 pairs and the fp32 totals' registers are free),
@@ -416,6 +420,51 @@ def _stgpk(src: str) -> str:
     return src[:start] + _STGPK_STORES + zero + src[end + len(_EPI_BODY_END):]
 
 
+_ONEROUND_BOXES = """      if constexpr (Cfg::kStagingBoxes == Cfg::kBoxesPerTile) {  // the whole part staged: one round
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int bx = 0; bx < BN / 64; ++bx) {
+            uint8_t* box = s.staging[c][w * (BN / 64) + bx];
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              const int j = bx * 8 + jj;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int r = row_in_wave + 8 * h;
+                *reinterpret_cast<uint32_t*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
+                    packed[w][2 * j + h];
+              }
+            }
+          }
+        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+            for (int bx = 0; bx < BN / 64; ++bx)
+              if (row0 + w * 64 < p.M && n0 + bx * 64 < p.N)
+                tma_store_2d(&tma_d, s.staging[c][w * (BN / 64) + bx], n0 + bx * 64, row0 + w * 64);
+          bulk_commit();
+        }
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      } else {  // the kernel's rounds (left at their indentation)
+"""
+
+
+def _oneround(src: str) -> str:
+    """oneround: see the module docstring."""
+    v = "oneround"
+    src = replace_once(src, _BIAS_BARRIER, "      if (Cfg::kStagingBoxes == Cfg::kBoxesPerTile && t == 0) bulk_wait_read<0>();  // every box free\n"
+                       + _BIAS_BARRIER, v)
+    src = replace_once(src, "#pragma unroll\n" + _EPI_W, _ONEROUND_BOXES + "#pragma unroll\n" + _EPI_W, v)
+    return replace_once(src, _EPI_BODY_END, _EPI_BODY_END.replace("      }\n    };\n", "      }\n      }\n    };\n"), v)
+
+
 def _dualhead(src: str) -> str:
     """dualhead: see the module docstring."""
     v = "dualhead"
@@ -521,7 +570,7 @@ REPLACEMENTS = {
 }
 
 
-FUNCTIONS = {"stgq": _stgq, "stgpk": _stgpk, "dualhead": _dualhead}  # variant -> a function rewriting the source
+FUNCTIONS = {"stgq": _stgq, "stgpk": _stgpk, "oneround": _oneround, "dualhead": _dualhead}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
