@@ -42,3 +42,8 @@ def test_one_k_count_is_refused(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "tile_boundary_fit.py"), str(f)], capture_output=True,
                        text=True)
     assert r.returncode != 0 and "two K-block counts" in r.stderr
+
+
+def test_table_without_header_is_refused():
+    with pytest.raises(ValueError, match="no header line"):
+        tbf.read_table("pk@256x128x1  300,000\n")

@@ -30,6 +30,8 @@ def read_table(text: str) -> tuple[list[str], dict[str, list[int]]]:
         if line.startswith("kernel"):
             shapes = line.split()[1:]
             continue
+        if not shapes:
+            raise ValueError("no header line (kernel SHAPE ...) before the first row")
         fields = line.split()
         rows[" ".join(fields[:-len(shapes)])] = [int(v.replace(",", "")) for v in fields[-len(shapes):]]
     return shapes, rows
@@ -51,12 +53,12 @@ def waves(shape: str, tile: tuple[int, int, int], sms: int) -> int:
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares (c, t) of y = kb * c + t over (kb, y) points with at least two K-block counts."""
+    if len({k for k, _ in points}) < 2:
+        raise ValueError("the fit needs shapes with at least two K-block counts (of --min-kb or more)")
     n = len(points)
     mx = sum(k for k, _ in points) / n
     my = sum(y for _, y in points) / n
     sxx = sum((k - mx) ** 2 for k, _ in points)
-    if sxx == 0:
-        raise ValueError("the fit needs shapes with at least two K-block counts")
     c = sum((k - mx) * (y - my) for k, y in points) / sxx
     return c, my - c * mx
 
@@ -85,7 +87,7 @@ def main() -> None:
     try:
         res = boundary_fit(args.table.read_text(), args.sms, args.min_kb)
     except ValueError as e:
-        raise SystemExit(f"{args.table}: {e} (--min-kb {args.min_kb})") from None
+        raise SystemExit(f"{args.table}: {e}") from None
     shapes = list(res[0]["residual"]) if res else []
     width = max([len(r["kernel"]) for r in res] + [6]) + 2
     print(f"{'kernel':{width}s}{'c':>7s}{'t':>8s}" + "".join(f"{s:>18s}" for s in shapes)
