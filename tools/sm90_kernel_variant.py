@@ -55,36 +55,17 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   nobar      timing only, may write wrong results: the epilogue's per-box named barriers and proxy
              fence are left out (each box written and stored without waiting for the consumer's
              other warps)
-  perwarp    each warp stages and stores (TMA, its lane 0) its own 16 rows of a box: one barrier of
-             the consumer's warps a tile (the bias) instead of two a box
-  stgq       the epilogue without staging: each quad transposes its row's 8-column chunks with
-             shuffles and every lane stores 16 bytes to global memory (no TMA store, no store
-             waits, one barrier of the consumer's warps a tile, for the bias)
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
-  stgpk      the packed-first epilogue without staging: the bf16 pairs transposed across each quad
-             with shuffles, each lane storing 16 bytes to global memory (no TMA store, no store
-             waits, no barrier but one a tile for the bias, copies alternating between tiles)
-  onebar     the epilogue's first box made free by the bias barrier: the TMA-read wait for it
-             moves before that barrier and its own barrier goes (one named barrier a tile fewer)
-  oneround   configs that stage the consumer's whole part (192x128; 256x128 with boxes): every box
-             written, then one proxy fence and one barrier, then all the part's TMA stores; the
-             wait for the previous tile's stores before the bias barrier (two barriers a tile
-             instead of one and two a box)
-  dualhead   two-wave tiles in one CTA (256x128x1), whole-ring loop: both waves of a tile's first
-             block are issued under the previous tile's epilogue (wave 1 into a second
-             accumulator, once the part is in bf16 pairs and the fp32 totals' registers are free),
-             instead of wave 0's alone; the first block's promotions overwrite the totals (FMUL),
-             so the epilogue leaves them unzeroed. ptxas places both wgmma waits before the two
-             promotions. No spills in any instantiation (nvcc 13.0); the 2-CTA build would spill
-             and keeps the kernel's order
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
 
 lean (the bias starting a tile's first promotion, stmatrix writes) was written for the epilogue
-before it packed the whole part into bf16 pairs first; the last tree with it is 3f9aa33.
+before it packed the whole part into bf16 pairs first; the last tree with it is 3f9aa33. onebar and
+oneround are how the kernel's epilogue works now; they, and perwarp, stgq, stgpk and dualhead,
+which were written for the epilogue before it, are in the tree of 78a46ad.
 """
 from __future__ import annotations
 
@@ -223,9 +204,8 @@ EPIWAIT = [(_EPILOGUE_RING,
             + _INDENT.sub("  ", _WAIT_RELEASE) + "          }\n")]
 
 
-_BOX_WAIT = "          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
-_BOX_FREE = "          named_barrier_sync(1 + c, 128);  // box free\n"
-_BIAS_BARRIER = "      named_barrier_sync(1 + c, 128);  // bias written\n"
+_BOX_WAIT = "            if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
+_BOX_FREE = "            named_barrier_sync(1 + c, 128);  // box free\n"
 
 
 SAMC = [("          tma_load_2d(&tma_sa, &s.full[stage], s.sa[stage], m_blk * BM, kb);\n",
@@ -305,212 +285,6 @@ EPIAFTER = [
 ]
 
 
-# The epilogue's bias store, and (perwarp, stgq) the bias written once a tile behind one barrier of
-# the consumer's warps, into copies that alternate between tiles (a warp still reading the previous
-# tile's copy is never overwritten)
-_EPI_BIAS_STORE = "#pragma unroll\n      for (int i = 0; i < kBiasRegs; ++i)\n" + _EPI_BIAS
-_BIAS_COPIES = [
-    ("kConsumers * BN * 4 + 2048;", "kConsumers * 2 * BN * 4 + 2048;"),
-    ("    float bias[kConsumers][BN];", "    float bias[kConsumers][2][BN];"),
-    (_EPI_HEAD, "    int bias_buf = 0;\n" + _EPI_HEAD),
-]
-_BIAS_ONCE_A_TILE = """      float* bias_s = s.bias[c][bias_buf];
-      bias_buf ^= 1;
-#pragma unroll
-      for (int i = 0; i < kBiasRegs; ++i)
-        if (t + 128 * i < BN) sts_ordered(&bias_s[t + 128 * i], bias_r[i]);
-      named_barrier_sync(1 + c, 128);
-"""
-
-# perwarp: each warp stages and stores its own 16-row slab of a box (no barrier of the consumer's
-# warps per box)
-PERWARP = _BIAS_COPIES + [
-    (_EPI_BIAS_STORE + _BIAS_BARRIER, _BIAS_ONCE_A_TILE),
-    (_BOX_WAIT + _BOX_FREE,
-     "          if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n          __syncwarp();\n"),
-    ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]"),
-    ("""          named_barrier_sync(1 + c, 128);
-          const int wave_row = row0 + w * 64;
-          if (t == 0) {
-            if (wave_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
-              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);
-""", """          __syncwarp();
-          const int slab_row = row0 + w * 64 + warp * 16;
-          if (lane == 0) {
-            if (slab_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
-              tma_store_2d(&tma_d, box + warp * 16 * (2 * Cfg::kBoxCols), n0 + bx * Cfg::kBoxCols, slab_row);
-"""),
-    ("    if (t == 0) bulk_wait_all();", "    if (lane == 0) bulk_wait_all();"),
-    ("Config<BM, BN, CLUSTER>::kBoxCols, 64,", "Config<BM, BN, CLUSTER>::kBoxCols, 16,"),
-]
-
-
-
-_EPI_BODY_END = """#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      }
-    };
-"""
-# Straight to global memory, shared by stgq and stgpk: a quad holds a row's 8-column chunk as four
-# 32-bit words (word q in lane q); x[k] is chunk 4g + k's word. Transposed across the quad, lane q
-# holds chunk 4g + q whole and stores its 16 bytes (a warp: 8 rows x 64 bytes).
-_QUAD_STORE_HEAD = """      const int q = lane % 4;
-      const bool q0 = q & 1, q1 = q & 2;
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + w * 64 + row_in_wave + 8 * h;
-          __nv_bfloat16* drow = p.d + static_cast<int64_t>(row) * p.ldd + n0;
-#pragma unroll
-          for (int g = 0; g < NJ / 4; ++g) {
-            uint32_t x[4];
-"""
-_QUAD_STORE_TAIL = """            uint32_t r = __shfl_xor_sync(0xffffffff, q0 ? x[0] : x[1], 1);
-            if (q0) x[0] = r; else x[1] = r;
-            r = __shfl_xor_sync(0xffffffff, q0 ? x[2] : x[3], 1);
-            if (q0) x[2] = r; else x[3] = r;
-            r = __shfl_xor_sync(0xffffffff, q1 ? x[0] : x[2], 2);
-            if (q1) x[0] = r; else x[2] = r;
-            r = __shfl_xor_sync(0xffffffff, q1 ? x[1] : x[3], 2);
-            if (q1) x[1] = r; else x[3] = r;
-            const int col = 8 * (4 * g + q);
-            if (row < p.M && n0 + col < p.N)
-              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(drow + col), "r"(x[0]), "r"(x[1]),
-                           "r"(x[2]), "r"(x[3])
-                           : "memory");
-          }
-        }
-"""
-_STGQ_BODY = _BIAS_ONCE_A_TILE + _QUAD_STORE_HEAD + """#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const int j = 4 * g + k;
-              const float2 bv = *reinterpret_cast<const float2*>(&bias_s[8 * j + 2 * q]);
-              const __nv_bfloat162 v =
-                  __floats2bfloat162_rn(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
-              x[k] = *reinterpret_cast<const uint32_t*>(&v);
-            }
-""" + _QUAD_STORE_TAIL
-
-
-def _stgq(src: str) -> str:
-    """stgq: the epilogue's boxes replaced by quad-transposed 16-byte global stores (no staging, no
-    TMA store, no waits, one barrier a tile for the bias)."""
-    for old, new in _BIAS_COPIES:
-        src = replace_once(src, old, new, "stgq")
-    start = src.index(_EPI_BIAS_STORE)
-    end = src.index(_EPI_BODY_END, start)
-    return src[:start] + _STGQ_BODY + src[end:]
-
-
-_STGPK_STORES = _QUAD_STORE_HEAD + """#pragma unroll
-            for (int k = 0; k < 4; ++k) x[k] = packed[w][2 * (4 * g + k) + h];
-""" + _QUAD_STORE_TAIL
-
-
-def _stgpk(src: str) -> str:
-    """stgpk: see the module docstring."""
-    v = "stgpk"
-    for old, new in _BIAS_COPIES + [(_EPI_BIAS_STORE + _BIAS_BARRIER, _BIAS_ONCE_A_TILE),
-                                    ("&s.bias[c][8 * j + 2 * (lane % 4)]", "&bias_s[8 * j + 2 * (lane % 4)]")]:
-        src = replace_once(src, old, new, v)
-    start = src.index("#pragma unroll\n" + _EPI_W)
-    end = src.index(_EPI_BODY_END, start)
-    zero = "#pragma unroll\n        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n      }\n    };\n"
-    return src[:start] + _STGPK_STORES + zero + src[end + len(_EPI_BODY_END):]
-
-
-_ONEROUND_BOXES = """      if constexpr (Cfg::kStagingBoxes == Cfg::kBoxesPerTile) {  // the whole part staged: one round
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-          for (int bx = 0; bx < BN / 64; ++bx) {
-            uint8_t* box = s.staging[c][w * (BN / 64) + bx];
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-              const int j = bx * 8 + jj;
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int r = row_in_wave + 8 * h;
-                *reinterpret_cast<uint32_t*>(box + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
-                    packed[w][2 * j + h];
-              }
-            }
-          }
-        fence_proxy_async();
-        named_barrier_sync(1 + c, 128);
-        if (t == 0) {
-#pragma unroll
-          for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-            for (int bx = 0; bx < BN / 64; ++bx)
-              if (row0 + w * 64 < p.M && n0 + bx * 64 < p.N)
-                tma_store_2d(&tma_d, s.staging[c][w * (BN / 64) + bx], n0 + bx * 64, row0 + w * 64);
-          bulk_commit();
-        }
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
-      } else {  // the kernel's rounds (left at their indentation)
-"""
-
-
-def _oneround(src: str) -> str:
-    """oneround: see the module docstring."""
-    v = "oneround"
-    src = replace_once(src, _BIAS_BARRIER, "      if (Cfg::kStagingBoxes == Cfg::kBoxesPerTile && t == 0) bulk_wait_read<0>();  // every box free\n"
-                       + _BIAS_BARRIER, v)
-    src = replace_once(src, "#pragma unroll\n" + _EPI_W, _ONEROUND_BOXES + "#pragma unroll\n" + _EPI_W, v)
-    return replace_once(src, _EPI_BODY_END, _EPI_BODY_END.replace("      }\n    };\n", "      }\n      }\n    };\n"), v)
-
-
-def _dualhead(src: str) -> str:
-    """dualhead: see the module docstring."""
-    v = "dualhead"
-    src = replace_once(src, "    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {",
-                       "    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {", v)
-    fmas = "".join(f"        total[w][4 * j + {i}] = fmaf(s{i // 2}, acc[4 * j + {i}], total[w][4 * j + {i}]);\n"
-                   for i in range(4))
-    src = replace_once(src, fmas, "        if (first) {\n"
-                       + "".join(f"          total[w][4 * j + {i}] = s{i // 2} * acc[4 * j + {i}];\n" for i in range(4))
-                       + "        } else {\n" + _INDENT.sub("  ", fmas) + "        }\n", v)
-    src = replace_once(src, _EPI_HEAD, "    auto epilogue = [&](auto&& between, bool zero) {  // between(): once the part is packed\n", v)
-    zero_w = "#pragma unroll\n          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;\n"
-    src = replace_once(src, zero_w + "        }\n        return;\n",
-                       "          if (zero) {\n" + _INDENT.sub("  ", zero_w) + "          }\n        }\n        between();\n"
-                       "        return;\n", v)
-    src = replace_once(src, "        }\n#pragma unroll\n" + _EPI_W, "        }\n      between();\n#pragma unroll\n" + _EPI_W, v)
-    zero_end = _EPI_BODY_END.removesuffix("      }\n    };\n")  # the end of each wave: its totals zeroed
-    src = replace_once(src, _EPI_BODY_END, "        if (zero) {\n" + _INDENT.sub("  ", zero_end)
-                       + "        }\n      }\n    };\n    const auto nothing = [] {};\n", v)
-    if src.count("epilogue();") < 2:
-        raise SystemExit(f"{v}: the kernel no longer calls epilogue() where expected")
-    src = src.replace("epilogue();", "epilogue(nothing, true);")
-    head = ("      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)\n"
-            "        sc = sc_next;\n")
-    return replace_once(src, head, "      float acc1[BN / 2];\n" + head + """        if constexpr (kWaves == 2 && CLUSTER == 1) {  // (the 2-CTA build spills)
-          if (close_previous) {
-            issue(acc, 0);
-            epilogue([&] {
-              issue(acc1, 1);
-              if (more) acquire(sc_next);
-            }, false);
-            unit += num_clusters;
-            begin_tile();
-            wgmma_wait<1>();
-            fence_operands(acc);
-            promote(0, acc, sc, true);
-            wgmma_wait<0>();
-            fence_operands(acc1);
-            release();
-            promote(1, acc1, sc, true);
-            return;
-          }
-        }
-""", v)
-
-
 def _stagger(cycles: int):
     return [("    const int c = wg - 1;\n",
              "    const int c = wg - 1;\n"
@@ -548,12 +322,11 @@ REPLACEMENTS = {
     "samc": SAMC,
     "splitepi": SPLITEPI,
     "epiafter": EPIAFTER,
-    "perwarp": PERWARP,
-    "nostore": [("              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);\n",
-                 "              if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);  // timing only\n")],
+    "nostore": [("          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);\n",
+                 "          if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);  // timing only\n")],
     "nobar": [(_BOX_FREE, ""),
-              ("          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
-               "          named_barrier_sync(1 + c, 128);\n", "")],
+              ("            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
+               "            named_barrier_sync(1 + c, 128);\n", "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
 #pragma unroll
         for (int w = 0; w < kWaves; ++w)
@@ -562,15 +335,13 @@ REPLACEMENTS = {
         return;
       }
 """)],
-    "onebar": [(_BIAS_BARRIER, "      if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();  // the first box free\n" + _BIAS_BARRIER),
-               (_BOX_WAIT + _BOX_FREE, "          if (w > 0 || bx > 0) {\n  " + _BOX_WAIT + "  " + _BOX_FREE + "          }\n")],
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
 
-FUNCTIONS = {"stgq": _stgq, "stgpk": _stgpk, "oneround": _oneround, "dualhead": _dualhead}  # variant -> a function rewriting the source
+FUNCTIONS: dict = {}  # variant -> a function rewriting the source (none at present)
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)

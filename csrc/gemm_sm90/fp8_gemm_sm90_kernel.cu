@@ -468,12 +468,15 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       }
     };
     // Epilogue of the tile: bias and one bf16 rounding of the consumer's whole part into registers,
-    // then, box by box, the bf16 pairs into a staging buffer laid out as the TMA store's boxes (64
-    // columns with the 128-byte swizzle, or 32 with the 64-byte one: the swizzle XORs a row's
-    // 16-byte chunk index with its address bits 7 and up, so the 8 rows a warp writes at once hit
-    // distinct banks), which one thread stores with TMA. The store runs asynchronously while the
-    // consumers go on; a buffer is rewritten only after the TMA has read it. TMA clips rows past M
-    // and columns past N. Then the next tile begins with a zero total.
+    // then the bf16 pairs into staging buffers laid out as the TMA store's boxes (64 columns with
+    // the 128-byte swizzle, or 32 with the 64-byte one: the swizzle XORs a row's 16-byte chunk
+    // index with its address bits 7 and up, so the 8 rows a warp writes at once hit distinct
+    // banks), which one thread stores with TMA. The stores run asynchronously while the consumers
+    // go on; a buffer is rewritten only after the TMA has read it. Where the staging holds the
+    // whole part (kWholePart: 192x128, 128x64) every box is written in one round, then one fence,
+    // one barrier and all the part's stores; elsewhere box by box, each reusing a buffer. TMA clips
+    // rows past M and columns past N. Then the next tile begins with a zero total.
+    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
     auto epilogue = [&] {
       // fp32 partial straight from the registers, one 4-byte store a value: a 64-bit store of two
       // would tie each pair of totals to an aligned register pair, and the allocator then leaves
@@ -500,7 +503,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i)
         if (t + 128 * i < BN) sts_ordered(&s.bias[c][t + 128 * i], bias_r[i]);
-      named_barrier_sync(1 + c, 128);  // bias written
+      // The bias barrier also frees the first box (whole part: every box) for all the consumer's
+      // threads: the previous tile's stores were issued a tile ago, so this wait rarely waits.
+      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();
+      named_barrier_sync(1 + c, 128);  // bias written, first box free
       // The bias and the rounding of the consumer's whole part first, into bf16 pairs: the loads
       // and the math are independent, so the scheduler overlaps their latencies (done box by box,
       // each box's bias load, add, convert and store formed one dependent chain), and the stores
@@ -515,13 +521,20 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
           for (int h = 0; h < 2; ++h)
             packed[w][2 * j + h] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
         }
+      const auto store = [&](int w, int bx, const uint8_t* box) {  // one thread: the box's TMA store
+        if (row0 + w * 64 < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);
+      };
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
         for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {
-          uint8_t* box = s.staging[c][(w * (BN / Cfg::kBoxCols) + bx) % Cfg::kStagingBoxes];
-          if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
-          named_barrier_sync(1 + c, 128);  // box free
+          const int i = w * (BN / Cfg::kBoxCols) + bx;
+          uint8_t* box = s.staging[c][i % Cfg::kStagingBoxes];
+          if (!kWholePart && i > 0) {
+            if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
+            named_barrier_sync(1 + c, 128);  // box free
+          }
 #pragma unroll
           for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
             const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
@@ -533,17 +546,28 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
                   packed[w][2 * j + h];
             }
           }
-          fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
-          named_barrier_sync(1 + c, 128);
-          const int wave_row = row0 + w * 64;
-          if (t == 0) {
-            if (wave_row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
-              tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, wave_row);
-            bulk_commit();
+          if constexpr (!kWholePart) {
+            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+            named_barrier_sync(1 + c, 128);
+            if (t == 0) {
+              store(w, bx, box);
+              bulk_commit();
+            }
           }
         }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+      if constexpr (kWholePart) {
+        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+            for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) store(w, bx, s.staging[c][w * (BN / Cfg::kBoxCols) + bx]);
+          bulk_commit();
+        }
       }
     };
 
