@@ -45,10 +45,11 @@ def tile_of(kernel: str) -> tuple[int, int, int] | None:
 
 
 def waves(shape: str, tile: tuple[int, int, int], sms: int) -> int:
+    """Work units of the busiest CTA (the host's model of the persistent grid, ltx_kernels.gemm)."""
+    from ltx_kernels.gemm import _sm90_units
+
     m, n, _ = (int(v) for v in shape.split("x"))
-    bm, bn, cluster = tile
-    units = math.ceil(m / bm) * math.ceil(math.ceil(n / bn) / cluster)
-    return math.ceil(units / (sms // cluster))
+    return math.ceil(_sm90_units(m, n, tile) / (sms // tile[2]))
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
