@@ -232,6 +232,19 @@ def test_backend_memo_keys_on_alignment():
     assert op("auto", shifted) == "torch"
 
 
+def test_signature_describes_tensor_subclasses_and_keeps_plain_values():
+    """A Parameter is keyed by what it holds (as a plain tensor of that layout), not by its object;
+    None, numbers and strings are kept as they are."""
+    from ltx_kernels._dispatch import signature
+
+    plain = torch.randn(8, 16)
+    param = torch.nn.Parameter(plain.clone())
+    other = torch.nn.Parameter(torch.randn(16, 8).t())
+    assert signature((param,))[0][:4] == signature((plain,))[0][:4]
+    assert signature((param,)) != signature((other,))
+    assert signature((None, 1, 2.5, True, "split")) == (None, 1, 2.5, True, "split")
+
+
 def test_preference_reorders_auto_only(caplog):
     """Op.preference may put another backend first for some inputs (the GEMM's measured choice);
     auto follows it, an explicit backend does not, and the log says why."""
