@@ -89,16 +89,17 @@ SM90_TILES = {
 }
 # The whole-ring loop, which the kernel runs where a tile's K blocks are a multiple of the ring
 # depth (SM90_RING_DEPTH stages for these configs, which hold every LTX-2 K), is costed in SM
-# cycles a work unit: K blocks x c + t, c a 128-K block and t the tile's boundary (its epilogue,
-# the next tile's start). A flat rate cannot see that the boundary weighs four times as much at
-# K = 2048 as at 8192, nor that the epilogue work since changed 256x128's boundary and not
-# 192x128's K loop. (c, t): least squares over Nsight Compute cycles of the kernel as built
-# (one launch each) at seven shapes, tools/tile_boundary_fit.py on
-# bench/results/2026-12-05-h200-sm90-packed-epilogue/tiles_ncu_cycles.txt (H200); docs/sm90-gemm.md.
+# cycles a work unit, K blocks x c + t: c a 128-K block, t the tile's boundary (its epilogue and
+# the next tile's start). The boundary makes the choice depend on K: per output, 256x128x1's K
+# loop is as fast as 192x128x1's (0.2 % slower) and its boundary 22 % cheaper, which counts four
+# times as much at K = 2048 as at 8192. (c, t) of the kernel as built: least squares over Nsight
+# Compute cycles (one launch each) at seven shapes, the mean of two runs on an H100 (the H200 has
+# the same SMs; its fit of the kernel before the one-round epilogue had c within 1.3 %),
+# tools/tile_boundary_fit.py on bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt.
 SM90_WHOLE_RING = {
-    (256, 128, 1): (1068, 3337),
-    (192, 128, 1): (803, 2670),
-    (256, 128, 2): (1095, 3822),
+    (256, 128, 1): (1076, 3124),
+    (192, 128, 1): (805, 3014),
+    (256, 128, 2): (1109, 3300),
 }
 SM90_RING_DEPTH = 4
 # On SM90_TILES's scale: 192x128x1 keeps 1.07 at every K, the mean of its whole-ring rate at the
