@@ -87,24 +87,39 @@ SM90_TILES = {
     (128, 192, 1): 0.875,
     (128, 64, 1): 0.52,
 }
-# The same rates for the whole-ring loop, which the kernel runs where a tile's K blocks are a
-# multiple of the ring depth (SM90_RING_DEPTH stages for these configs, which hold every LTX-2 K):
-# at the eight shapes of bench/results/2026-12-04-h200-sm90-whole-ring, sustained, against the
-# stream loop's 1.04 for 192x128, 192x128 1.045-1.088 (mean 1.072), 256x128 1.029-1.063 (1.048),
-# 256x128 in clusters 0.958-1.042 (1.012).
+# The whole-ring loop, which the kernel runs where a tile's K blocks are a multiple of the ring
+# depth (SM90_RING_DEPTH stages for these configs, which hold every LTX-2 K), is costed in SM
+# cycles a work unit, K blocks x c + t: c a 128-K block, t the tile's boundary (its epilogue and
+# the next tile's start). The boundary makes the choice depend on K: per output, 256x128x1's K
+# loop is as fast as 192x128x1's (0.2 % slower) and its boundary 22 % cheaper, which counts four
+# times as much at K = 2048 as at 8192. (c, t) of the kernel as built: least squares over Nsight
+# Compute cycles (one launch each) at seven shapes, the mean of two runs on an H100 (the H200 has
+# the same SMs; its fit of the kernel before the one-round epilogue had c within 1.3 %),
+# tools/tile_boundary_fit.py on bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt.
 SM90_WHOLE_RING = {
-    (256, 128, 1): 1.05,
-    (192, 128, 1): 1.07,
-    (256, 128, 2): 1.01,
+    (256, 128, 1): (1076, 3124),
+    (192, 128, 1): (805, 3014),
+    (256, 128, 2): (1109, 3300),
 }
 SM90_RING_DEPTH = 4
+# On SM90_TILES's scale: 192x128x1 keeps 1.07 at every K, the mean of its whole-ring rate at the
+# eight shapes of bench/results/2026-12-04-h200-sm90-whole-ring (sustained, against the stream
+# loop's 1.04; 1.045-1.088), and the other two take their cycles' ratio to it at the same K.
+_WHOLE_RING_ANCHOR = ((192, 128, 1), 1.07)
+
+
+def _whole_ring_elements_per_cycle(cfg: tuple, k_blocks: int) -> float:
+    c, t = SM90_WHOLE_RING[cfg]
+    return cfg[0] * cfg[1] / (k_blocks * c + t)
 
 
 def sm90_tile_rate(cfg: tuple, k_blocks: Optional[int] = None) -> float:
     """The relative rate of a tile config whose work units stream k_blocks K blocks each (None:
     unknown, the any-K loop's rate)."""
     if cfg in SM90_WHOLE_RING and k_blocks and k_blocks % SM90_RING_DEPTH == 0:
-        return SM90_WHOLE_RING[cfg]
+        anchor, anchor_rate = _WHOLE_RING_ANCHOR
+        return anchor_rate * (_whole_ring_elements_per_cycle(cfg, k_blocks)
+                              / _whole_ring_elements_per_cycle(anchor, k_blocks))
     return SM90_TILES[cfg]
 
 

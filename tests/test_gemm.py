@@ -234,13 +234,21 @@ def test_sm90_split_k_follows_the_h200_probes(m, n, k, splits):
     assert gemm.sm90_split_k(m, n, k, (128, 128, 1), 132) == splits
 
 
-@pytest.mark.parametrize("m,n,k,cfg", [(32768, 4096, 4096, (192, 128, 1)), (8192, 4096, 4096, (256, 128, 1)),
-                                       (32768, 16384, 4096, (192, 128, 1)), (32768, 4096, 16384, (192, 128, 1)),
-                                       (8192, 16384, 4096, (192, 128, 1)), (8192, 4096, 16384, (256, 128, 1)),
-                                       (3000, 2176, 7168, (256, 128, 1)), (16384, 6144, 4096, (192, 128, 1))])
+@pytest.mark.parametrize("m,n,k,cfg", [(32768, 4096, 4096, (256, 128, 1)), (8192, 16384, 4096, (256, 128, 1)),
+                                       (32768, 16384, 4096, (256, 128, 1)), (32768, 4096, 16384, (192, 128, 1)),
+                                       (8192, 8192, 2048, (256, 128, 1)), (32768, 8192, 2048, (256, 128, 1)),
+                                       (8192, 4096, 16384, (256, 128, 1))])
+def test_sm90_tile_config_picks_the_fewest_cycles(m, n, k, cfg):
+    """At each shape of bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt
+    (two runs, the kernel as built), the host picks the whole-ring config that took the fewest
+    cycles in both (256x128x1 0.962-0.997 of 192x128x1's cycles; at 32768x4096x16384 1.017-1.018)."""
+    assert gemm.sm90_tile_config(m, n, 132, k) == cfg
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [(8192, 4096, 4096, (256, 128, 1)), (3000, 2176, 7168, (256, 128, 1))])
 def test_sm90_tile_config_picks_the_h200_fastest(m, n, k, cfg):
-    """At each shape of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained), the
-    config the host picks is the one that ran fastest there, with the loop K selects."""
+    """At these shapes of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained) the config
+    the host picks is the one that ran fastest there."""
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
 
 
@@ -255,12 +263,23 @@ def test_sm90_tile_config_at_small_m_picks_the_h200_fastest(m, n, k, cfg):
 
 
 def test_sm90_tile_rate_whole_ring_only_where_k_divides():
-    whole, any_k = gemm.SM90_WHOLE_RING[(192, 128, 1)], gemm.SM90_TILES[(192, 128, 1)]
+    whole, any_k = gemm.sm90_tile_rate((192, 128, 1), 32), gemm.SM90_TILES[(192, 128, 1)]
     assert whole > any_k
-    assert gemm.sm90_tile_rate((192, 128, 1), 32) == whole
     assert gemm.sm90_tile_rate((192, 128, 1), 30) == any_k
     assert gemm.sm90_tile_rate((192, 128, 1), None) == any_k
     assert gemm.sm90_tile_rate((128, 128, 1), 32) == gemm.SM90_TILES[(128, 128, 1)]
+
+
+def test_sm90_whole_ring_rates_weigh_the_tile_boundary_by_k():
+    """Whole-ring configs are costed as K blocks x c + t cycles a unit: 192x128x1 stays at its
+    measured rate, and 256x128x1's lead over it (the cheaper boundary) shrinks as K grows."""
+    rate = gemm.sm90_tile_rate
+    assert rate((192, 128, 1), 16) == pytest.approx(rate((192, 128, 1), 128))
+    lead = [rate((256, 128, 1), kb) / rate((192, 128, 1), kb) for kb in (16, 32, 64, 128)]
+    assert lead == sorted(lead, reverse=True) and lead[-1] > 1.0
+    c, t = gemm.SM90_WHOLE_RING[(256, 128, 1)]
+    c2, t2 = gemm.SM90_WHOLE_RING[(192, 128, 1)]
+    assert lead[1] == pytest.approx((256 * 128 / (32 * c + t)) / (192 * 128 / (32 * c2 + t2)))
 
 
 def test_config_too_big_for_the_gpu_shrinks(device, monkeypatch):
