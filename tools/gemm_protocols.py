@@ -6,6 +6,9 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              L2 (the protocol most published GEMM figures use);
   sustained  back-to-back calls for --sustain-ms first, then 50 back-to-back timed calls (what a
              long generation run sees).
+  graph      ten back-to-back calls captured in a CUDA graph, the median of 20 replays over ten
+             (the kernels alone: no host cost, each launched right behind the one before, L2 warm;
+             what a programmatic launch changes shows here).
 Each row times our backends and the anchors in the same process, each call between CUDA events
 (median), with the SM clock and board power sampled through NVML while the timed calls run; the
 order of the backends rotates from shape to shape. Anchors: cuBLAS blockwise and tensorwise
@@ -66,6 +69,14 @@ def measure(fn, protocol, sustain_ms, sampler):
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
+    if protocol == "graph":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(10):
+                fn()
+        graph.replay()
+        ms, mhz, watts = sampler.window(lambda: timed_median_ms(graph.replay, 20, flush=False))
+        return ms / 10, mhz, watts
     if protocol == "sustained":
         t0 = time.perf_counter()
         while (time.perf_counter() - t0) * 1e3 < sustain_ms:
@@ -226,7 +237,8 @@ def main():
                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "unit": "TFLOP/s, MHz, W (medians)",
                "sustain_ms": args.sustain_ms, "upstream_path": args.upstream_path,
                "protocols": "burst: 5 warm-up calls, median of 20, each after a 256 MB L2 flush; sustained: "
-                            "back-to-back for sustain_ms, then median of 50 back-to-back calls"}
+                            "back-to-back for sustain_ms, then median of 50 back-to-back calls; graph: ten calls in a CUDA "
+                            "graph, median of 20 replays over ten"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0
