@@ -245,7 +245,8 @@ def test_sm90_tile_config_picks_the_fewest_cycles(m, n, k, cfg):
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
 
 
-@pytest.mark.parametrize("m,n,k,cfg", [(8192, 4096, 4096, (256, 128, 1)), (3000, 2176, 7168, (256, 128, 1))])
+@pytest.mark.parametrize("m,n,k,cfg", [(8192, 4096, 4096, (256, 128, 1)), (8192, 4096, 16384, (256, 128, 1)),
+                                       (32768, 4096, 16384, (192, 128, 1)), (3000, 2176, 7168, (256, 128, 1))])
 def test_sm90_tile_config_picks_the_h200_fastest(m, n, k, cfg):
     """At these shapes of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained) the config
     the host picks is the one that ran fastest there."""
