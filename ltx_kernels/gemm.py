@@ -147,6 +147,11 @@ def _sm90_units(m: int, n: int, cfg: tuple) -> int:
     return -(-m // bm) * -(-tiles_n // cl)
 
 
+def _sm90_waves(m: int, n: int, cfg: tuple, num_sms: int) -> int:
+    """Work units of the busiest CTA of the persistent grid (one cluster per cl SMs)."""
+    return -(-_sm90_units(m, n, cfg) // (num_sms // cfg[2]))
+
+
 def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> tuple:
     """The (block_m, block_n, cluster) with the least estimated time for an M x N (x K) output on a
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
@@ -156,9 +161,7 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
         return forced[:3]
 
     def cost(cfg):
-        bm, bn, cl = cfg
-        waves = -(-_sm90_units(m, n, cfg) // (num_sms // cl))
-        return waves * bm * bn / sm90_tile_rate(cfg, k // 128 if k else None)
+        return _sm90_waves(m, n, cfg, num_sms) * cfg[0] * cfg[1] / sm90_tile_rate(cfg, k // 128 if k else None)
 
     return min(SM90_TILES, key=cost)
 

@@ -13,7 +13,6 @@ per SM (one cluster per pair of SMs), units of one tile (a cluster's tiles side 
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import re
 
@@ -46,10 +45,10 @@ def tile_of(kernel: str) -> tuple[int, int, int] | None:
 
 def waves(shape: str, tile: tuple[int, int, int], sms: int) -> int:
     """Work units of the busiest CTA (the host's model of the persistent grid, ltx_kernels.gemm)."""
-    from ltx_kernels.gemm import _sm90_units
+    from ltx_kernels.gemm import _sm90_waves
 
     m, n, _ = (int(v) for v in shape.split("x"))
-    return math.ceil(_sm90_units(m, n, tile) / (sms // tile[2]))
+    return _sm90_waves(m, n, tile, sms)
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
