@@ -12,7 +12,7 @@
 # gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
 # variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight Compute
 # profile; NCU_CFGS: BMxBNxCL or LIB.so@BMxBNxCL; per-SASS stall samples in ncu_gemm_sass.csv.gz),
-# tests (the GPU suite). REPO_COMMIT names the commit of the tree (recorded);
+# tests (the GPU suite), ab (tools/graph_ab.py over AB_LIBS="A=PATH B=PATH" with AB_ARGS). REPO_COMMIT names the commit of the tree (recorded);
 # BLOCK_ARGS adds arguments to the block phases (later ones win: --modes compile --variants bf16,fp8).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -108,6 +108,10 @@ for phase in "$@"; do
       grep -E "^  [a-z_].*\(|SM Frequency|^    Duration|Tensor|Issue Slots Busy|L2 Cache Throughput|Executed Instructions  |Registers Per" \
         "$OUT/ncu_gemm.txt" | head -60 ;;
     tests) python -m pytest tests -q -x ${TEST_K:+-k "$TEST_K"} > "$LOGS/tests.log" 2>&1; tail -5 "$LOGS/tests.log" ;;
+    ab)  # two kernel builds as libraries, CUDA graphs replayed in alternation (AB_LIBS="A=PATH B=PATH")
+      # shellcheck disable=SC2086
+      python tools/graph_ab.py ${AB_LIBS:?AB_LIBS="A=PATH B=PATH"} ${AB_ARGS:-} --json "$OUT/ab.json" > "$OUT/ab.log" 2>&1
+      tail -30 "$OUT/ab.log" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
