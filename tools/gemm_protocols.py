@@ -65,16 +65,22 @@ def timed_median_ms(fn, reps, flush):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def graph_of(fn, calls):
+    """A CUDA graph of calls back-to-back calls of fn (warmed up already), replayed once."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    return graph
+
+
 def measure(fn, protocol, sustain_ms, sampler):
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
     if protocol == "graph":
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(10):
-                fn()
-        graph.replay()
+        graph = graph_of(fn, 10)
         ms, mhz, watts = sampler.window(lambda: timed_median_ms(graph.replay, 20, flush=False))
         return ms / 10, mhz, watts
     if protocol == "sustained":

@@ -25,18 +25,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ltx_kernels as lk  # noqa: E402
-from gemm_protocols import lib_gemm, tile_spec  # noqa: E402
+from gemm_protocols import graph_of, lib_gemm, tile_spec  # noqa: E402
 
 
 def capture(fn, calls):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
+    graph = graph_of(fn, calls)
     torch.cuda.synchronize()
     return graph
 
