@@ -152,8 +152,10 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   return r;
 }
 
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+// Relaxed: the only writes the peer must see are the barrier inits, which thread 0 releases with
+// fence.mbarrier_init before it arrives. A release arrive compiles to MEMBAR.ALL.GPU for every thread.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -221,7 +223,6 @@ template <int N>  // until at most N of this thread's store groups may still rea
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   // scheduled now, onto SMs this grid leaves idle; it waits for this grid's completion itself.
   if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // the peer must not multicast into, or arrive on, barriers that are not initialised yet
-  if constexpr (CLUSTER > 1) cluster_sync();
+  if constexpr (CLUSTER > 1) cluster_sync_relaxed();
   else __syncthreads();
 
   if (wg == 0) {  // producer
@@ -359,6 +360,19 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
           // consumers pick kb & 3). B's scales could be 4-byte cp.async copies into the ring instead
           // (equal speed), but only the TMA's writes keep racecheck from reporting the ring's reuse.
           tma_load_2d(&tma_sb, &s.full[stage], s.sb[stage], kb & ~3, nb0);
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+      // A CTA may not leave while its peer's consumers can still arrive on its empty barriers (the
+      // peer's multicasts into it are done: its own consumers waited for them). Waiting until every
+      // stage's last use is released by both CTAs costs no fence, where a cluster barrier at the
+      // end cost every thread a MEMBAR.ALL.GPU and held each CTA for its peer's epilogue.
+      if constexpr (CLUSTER > 1) {
+        for (int i = 0; i < kStages; ++i) {
+          mbar_wait(&s.empty[stage], phase ^ 1);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -708,10 +722,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       }
       if (epilogue_due) epilogue();
     }
-    if (t == 0) bulk_wait_all();  // shared memory must outlive the TMA stores that read it
+    // Shared memory must outlive the TMA stores that read it; their global writes complete with
+    // the grid, so waiting for those as well would only hold the CTA.
+    if (t == 0) bulk_wait_read<0>();
   }
-  // no CTA may leave while its peer can still multicast into it or arrive on its barriers
-  if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 // Split-K's second pass: d = bf16(sum over slices of ws + bias), four adjacent columns a thread
