@@ -370,8 +370,9 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       // peer's multicasts into it are done: its own consumers waited for them). Waiting until every
       // stage's last use is released by both CTAs costs no fence. A cluster barrier at the end
       // instead cost every thread a MEMBAR.ALL.GPU, held each CTA for its peer's epilogue and, met
-      // by all threads after the role branches, made ptxas build the consumers' wgmma descriptors
-      // in per-thread registers (R2UR before each wgmma): 2.8-6.3 % slower on an H100 (docs/sm90-gemm.md).
+      // by all threads after the role branches, made ptxas compute the producer's TMA coordinates
+      // in per-thread registers (R2UR before each TMA load): 2.8-6.3 % slower on an H100
+      // (docs/sm90-gemm.md).
       if constexpr (CLUSTER > 1) {
         for (int i = 0; i < kStages; ++i) {
           mbar_wait(&s.empty[stage], phase ^ 1);
