@@ -12,6 +12,11 @@ echo "SASS: $(grep -c QGMMA "$OUTDIR/sm90_gemm.sass") QGMMA, $(grep -c UTMALDG "
 grep -o "QGMMA[.A-Z0-9x]*" "$OUTDIR/sm90_gemm.sass" | sort | uniq -c | head -5
 # promotion FFMAs reading three same-bank registers (0 is what ptxas reaches when unconstrained)
 python3 "$(dirname "$0")/sass_ffma_banks.py" "$OUTDIR/sm90_gemm.sass" | sed 's/_ZN13ltx_gemm_sm90.*fp8_gemm_kernel//' | cut -c1-80
+# R2UR per instantiation: a cluster build should have its one-CTA tile's count (a cluster barrier
+# met by every thread after the role branches once made ptxas move the producer's TMA coordinates
+# to uniform registers before every load: 2.8-3.8x the count, docs/sm90-gemm.md)
+awk '/Function :/ {f = $3; sub(/.*fp8_gemm_kernel/, "", f); sub(/EEEv.*/, "", f)} /R2UR/ {n[f]++}
+     END {for (f in n) if (f !~ /splitk/) print "R2UR", n[f], f}' "$OUTDIR/sm90_gemm.sass" | sort -k3
 # one line per instantiation: fp8_gemm_kernel<BM, BN, CLUSTER> and its registers / shared memory
 "$CUOBJDUMP" -res-usage "$SO" 2>&1 | grep -A1 fp8_gemm_kernel | grep -o "ILi[0-9]*ELi[0-9]*ELi[0-9]\|REG:[0-9]*\|STACK:[0-9]*\|SHARED:[0-9]*" | paste - - - - 
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
