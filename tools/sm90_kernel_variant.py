@@ -58,6 +58,10 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stagger / stagger2  consumer c starts c x 1024 / 2048 cycles after consumer 0, so their epilogues
              (which otherwise coincide: every consumer finishes the same tile at once) start apart
              and one consumer's wgmma run while another stores
+  pdl        every launch a programmatic dependent of the stream's previous kernel: a CTA signals
+             its own dependents at its start, sets up, then waits (griddepcontrol.wait) for that
+             kernel before any global access, so back-to-back kernels overlap their set-up with
+             the previous one's tail (the change as a library beside the kernel, for graph_ab.py)
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
@@ -304,6 +308,32 @@ CVTINT = [("""  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 """)]
 
 
+PDL = [
+    ('  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
+     '  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'),
+    ("  else __syncthreads();\n\n",
+     '  else __syncthreads();\n  asm volatile("griddepcontrol.wait;" ::: "memory");\n\n'),
+    ("""  if constexpr (CLUSTER == 1) {
+    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, p);
+  } else {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
+      return "cudaLaunchKernelEx (cluster launch) failed";
+  }
+""", """  {
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attrs[1]);
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = CLUSTER > 1 ? 2 : 1;
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
+      return "cudaLaunchKernelEx failed";
+  }
+"""),
+]
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -337,6 +367,7 @@ REPLACEMENTS = {
 """)],
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
+    "pdl": PDL,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
