@@ -106,6 +106,16 @@ SM90_RING_DEPTH = 4
 # eight shapes of bench/results/2026-12-04-h200-sm90-whole-ring (sustained, against the stream
 # loop's 1.04; 1.045-1.088), and the other two take their cycles' ratio to it at the same K.
 _WHOLE_RING_ANCHOR = ((192, 128, 1), 1.07)
+# Under sustained load the 700 W limit sets the SM clock, and the clock follows the energy an
+# output costs: the 2-CTA tile multicasts A, so its CTAs read 0.0078 bytes of operands from L2 an
+# output against 256x128x1's 0.0117 (Nsight Compute at 8192x4096x4096: L2 61 % busy against 70 %,
+# 0.6 % more cycles). Where its grid runs at least SM90_CLUSTER_MIN_WAVES waves, it ran
+# faster than the cycles above predict, sustained, at every shape measured: measured over
+# predicted 1.020-1.133, geometric mean 1.052 at twelve shapes, two runs on an H100
+# (bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks). With fewer waves it lost (0.944 at
+# 1024x4096x4096, 0.977 at 3000x2176x7168), so the factor counts only in multi-wave grids.
+SM90_CLUSTER_UNDER_LOAD = 1.05
+SM90_CLUSTER_MIN_WAVES = 4
 
 
 def _whole_ring_elements_per_cycle(cfg: tuple, k_blocks: int) -> float:
@@ -113,10 +123,15 @@ def _whole_ring_elements_per_cycle(cfg: tuple, k_blocks: int) -> float:
     return cfg[0] * cfg[1] / (k_blocks * c + t)
 
 
+def _whole_ring(cfg: tuple, k_blocks: Optional[int]) -> bool:
+    """Whether the kernel runs cfg's work units of k_blocks K blocks in its whole-ring loop."""
+    return cfg in SM90_WHOLE_RING and bool(k_blocks) and k_blocks % SM90_RING_DEPTH == 0
+
+
 def sm90_tile_rate(cfg: tuple, k_blocks: Optional[int] = None) -> float:
     """The relative rate of a tile config whose work units stream k_blocks K blocks each (None:
     unknown, the any-K loop's rate)."""
-    if cfg in SM90_WHOLE_RING and k_blocks and k_blocks % SM90_RING_DEPTH == 0:
+    if _whole_ring(cfg, k_blocks):
         anchor, anchor_rate = _WHOLE_RING_ANCHOR
         return anchor_rate * (_whole_ring_elements_per_cycle(cfg, k_blocks)
                               / _whole_ring_elements_per_cycle(anchor, k_blocks))
@@ -159,9 +174,14 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
     decides which of the kernel's loops, and so which rate, applies)."""
     if forced := _forced():
         return forced[:3]
+    k_blocks = k // 128 if k else None
 
     def cost(cfg):
-        return _sm90_waves(m, n, cfg, num_sms) * cfg[0] * cfg[1] / sm90_tile_rate(cfg, k // 128 if k else None)
+        waves = _sm90_waves(m, n, cfg, num_sms)
+        rate = sm90_tile_rate(cfg, k_blocks)
+        if cfg[2] > 1 and _whole_ring(cfg, k_blocks) and waves >= SM90_CLUSTER_MIN_WAVES:
+            rate *= SM90_CLUSTER_UNDER_LOAD
+        return waves * cfg[0] * cfg[1] / rate
 
     return min(SM90_TILES, key=cost)
 

@@ -238,19 +238,38 @@ def test_sm90_split_k_follows_the_h200_probes(m, n, k, splits):
                                        (32768, 16384, 4096, (256, 128, 1)), (32768, 4096, 16384, (192, 128, 1)),
                                        (8192, 8192, 2048, (256, 128, 1)), (32768, 8192, 2048, (256, 128, 1)),
                                        (8192, 4096, 16384, (256, 128, 1))])
-def test_sm90_tile_config_picks_the_fewest_cycles(m, n, k, cfg):
-    """At each shape of bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt
-    (two runs, the kernel as built), the host picks the whole-ring config that took the fewest
-    cycles in both (256x128x1 0.962-0.997 of 192x128x1's cycles; at 32768x4096x16384 1.017-1.018)."""
+def test_sm90_tile_config_by_cycles_picks_the_fewest_cycles(m, n, k, cfg, monkeypatch):
+    """Cycles alone (no factor for the clock under load): at each shape of
+    bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt (two runs) the
+    host picks the whole-ring config that took the fewest cycles in both (256x128x1 0.962-0.997 of
+    192x128x1's cycles; at 32768x4096x16384 1.017-1.018)."""
+    monkeypatch.setattr(gemm, "SM90_CLUSTER_UNDER_LOAD", 1.0)
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
 
 
-@pytest.mark.parametrize("m,n,k,cfg", [(8192, 4096, 4096, (256, 128, 1)), (8192, 4096, 16384, (256, 128, 1)),
-                                       (32768, 4096, 16384, (192, 128, 1)), (3000, 2176, 7168, (256, 128, 1))])
-def test_sm90_tile_config_picks_the_h200_fastest(m, n, k, cfg):
-    """At these shapes of bench/results/2026-12-04-h200-sm90-whole-ring (run 1, sustained) the config
-    the host picks is the one that ran fastest there."""
-    assert gemm.sm90_tile_config(m, n, 132, k) == cfg
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (8192, 4096, 4096), (8192, 4096, 16384), (8192, 16384, 4096),
+                                   (32768, 4096, 4096), (32768, 4096, 16384), (32768, 16384, 4096),
+                                   (8192, 2048, 2048), (8192, 8192, 2048), (16384, 2048, 8192), (32768, 8192, 2048),
+                                   (16384, 6144, 4096)])
+def test_sm90_tile_config_takes_the_cluster_in_multi_wave_grids(m, n, k):
+    """At the twelve shapes of bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks where the
+    2-CTA grid runs 4 or more waves, sustained, it ran faster than the cycle model predicts against
+    the one-CTA pick (1.020-1.133x; 0.989-1.085x the pick's throughput)."""
+    assert gemm._sm90_waves(m, n, (256, 128, 2), 132) >= gemm.SM90_CLUSTER_MIN_WAVES
+    assert gemm.sm90_tile_config(m, n, 132, k) == (256, 128, 2)
+
+
+@pytest.mark.parametrize("m,n,k", [(1024, 4096, 4096), (2048, 4096, 4096), (3000, 2176, 7168)])
+def test_sm90_tile_config_keeps_one_cta_in_grids_of_few_waves(m, n, k):
+    """Where the 2-CTA grid runs one or two waves it lost to 256x128x1 in the same runs (sustained
+    0.944 / 0.998 / 0.977, burst 0.982 / 0.972 / 0.956)."""
+    assert gemm.sm90_tile_config(m, n, 132, k) == (256, 128, 1)
+
+
+def test_sm90_cluster_factor_needs_the_whole_ring():
+    """The load factor is the whole-ring loop's measurement: K blocks not a multiple of the ring
+    depth (the stream loop) keep the flat rates, where 256x128x1 leads."""
+    assert gemm.sm90_tile_config(8192, 4096, 132, 4096 + 128) == (256, 128, 1)
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [(128, 4096, 4096, (128, 64, 1)), (256, 4096, 4096, (128, 64, 1)),
