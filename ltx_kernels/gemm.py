@@ -96,6 +96,9 @@ SM90_TILES = {
 # Compute cycles (one launch each) at seven shapes, the mean of two runs on an H100 (the H200 has
 # the same SMs; its fit of the kernel before the one-round epilogue had c within 1.3 %),
 # tools/tile_boundary_fit.py on bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt.
+# 256x128x2's pair predates the clusters' producer-tail exit, after which its launches took 0.6-1.6 %
+# more cycles than 256x128x1's instead of these 3.1-3.5 %; SM90_CLUSTER_UNDER_LOAD below was fitted
+# against these values, so the two are refitted together.
 SM90_WHOLE_RING = {
     (256, 128, 1): (1076, 3124),
     (192, 128, 1): (805, 3014),
@@ -112,7 +115,8 @@ _WHOLE_RING_ANCHOR = ((192, 128, 1), 1.07)
 # 0.6 % more cycles). Where its grid runs at least SM90_CLUSTER_MIN_WAVES waves, it ran
 # faster than the cycles above predict, sustained, at every shape measured: measured over
 # predicted 1.020-1.133, geometric mean 1.052 at twelve shapes, two runs on an H100
-# (bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks). With fewer waves it lost (0.944 at
+# (bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks; tools/gemm_ratios.py
+# --cluster-load-factor recomputes it from such runs). With fewer waves it lost (0.944 at
 # 1024x4096x4096, 0.977 at 3000x2176x7168), so the factor counts only in multi-wave grids.
 SM90_CLUSTER_UNDER_LOAD = 1.05
 SM90_CLUSTER_MIN_WAVES = 4

@@ -5,6 +5,13 @@ the mean over the runs of A / B, with each run's value.
 
 Runs must come from one protocol on one GPU (ratios from different runs compare; absolute TFLOP/s
 under the power limit do not, docs/measuring.md).
+
+    python tools/gemm_ratios.py run1.json run2.json --cluster-load-factor
+
+instead derives ``SM90_CLUSTER_UNDER_LOAD`` (ltx_kernels/gemm.py) from runs that time the host's
+one-CTA pick (``cuda``) beside the forced 2-CTA tile (``cuda@256x128x2``): per shape whose 2-CTA
+grid runs at least ``SM90_CLUSTER_MIN_WAVES`` waves, the measured ratio over the one the host's
+cycle model predicts (without the factor), and their geometric mean per protocol.
 """
 from __future__ import annotations
 
@@ -29,12 +36,51 @@ def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def cluster_load_factor(runs: list[list[dict]], num_sms: int = 132) -> list[str]:
+    import math
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from ltx_kernels import gemm
+
+    cluster = (256, 128, 2)
+    lines, logs = [], {}
+    for row in runs[0]:
+        m, n, k = (int(v) for v in row["shape"].split("x"))
+        pick = tuple(int(v) for v in row.get("cuda_config", "").split("/")[0].split("x")) or None
+        if pick is None or pick[2] != 1 or gemm._sm90_waves(m, n, cluster, num_sms) < gemm.SM90_CLUSTER_MIN_WAVES:
+            continue
+        kb = k // 128
+
+        def cycles_cost(cfg):
+            return gemm._sm90_waves(m, n, cfg, num_sms) * cfg[0] * cfg[1] / gemm.sm90_tile_rate(cfg, kb)
+
+        predicted = cycles_cost(pick) / cycles_cost(cluster)
+        rows = [r for run in runs for r in run if r["shape"] == row["shape"] and r["protocol"] == row["protocol"]]
+        vals = [r["cuda@256x128x2"] / r["cuda"] for r in rows if r.get("cuda@256x128x2") and r.get("cuda")]
+        if not vals:
+            continue
+        measured = statistics.mean(vals)
+        logs.setdefault(row["protocol"], []).append(math.log(measured / predicted))
+        lines.append(f"{row['shape']:18s} {row['protocol']:9s} pick {pick} measured {measured:.3f} "
+                     f"predicted {predicted:.3f} ratio {measured / predicted:.3f}")
+    for protocol, vals in logs.items():
+        lines.append(f"{protocol}: geometric mean {math.exp(statistics.mean(vals)):.3f} over {len(vals)} shapes "
+                     f"(range {math.exp(min(vals)):.3f}-{math.exp(max(vals)):.3f})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="JSON files written by gemm_protocols.py --json")
     ap.add_argument("--pairs", default="cuda/deep_gemm", help="A/B,... backend or anchor names")
+    ap.add_argument("--cluster-load-factor", action="store_true",
+                    help="measured over predicted 256x128x2 / one-CTA pick (module docstring)")
     args = ap.parse_args()
     runs = [json.load(open(path))["rows"] for path in args.runs]
+    if args.cluster_load_factor:
+        print("\n".join(cluster_load_factor(runs)))
+        return
     pairs = [tuple(p.split("/", 1)) for p in args.pairs.split(",")]
     print("\n".join(ratios(runs, pairs)))
 

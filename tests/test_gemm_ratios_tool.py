@@ -1,0 +1,43 @@
+"""tools/gemm_ratios.py on runs written here: the per-shape ratios and the cluster load factor."""
+import importlib.util
+import math
+import pathlib
+
+import pytest
+
+from ltx_kernels import gemm
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gemm_ratios", ROOT / "tools/gemm_ratios.py")
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+
+
+def row(shape, protocol, cuda, cluster, deep_gemm=None, config="256x128x1/1"):
+    return {"shape": shape, "protocol": protocol, "cuda_config": config, "cuda": cuda,
+            "cuda@256x128x2": cluster, "deep_gemm": deep_gemm}
+
+
+def test_ratios_are_means_of_each_runs_ratio():
+    runs = [[row("8192x4096x4096", "sustained", 1000.0, 1100.0, 1000.0)],
+            [row("8192x4096x4096", "sustained", 1000.0, 900.0, None)]]
+    lines = tool.ratios(runs, [("cuda@256x128x2", "cuda"), ("cuda", "deep_gemm")])
+    assert "1.000 (1.100, 0.900)" in lines[1]
+    assert "1.000 (1.000)" in lines[1]  # a run without the anchor is left out, not counted as zero
+
+
+def test_cluster_load_factor_is_measured_over_the_cycle_models_prediction():
+    m, n, k = 32768, 4096, 4096
+    kb = k // 128
+
+    def cost(cfg):
+        return gemm._sm90_waves(m, n, cfg, 132) * cfg[0] * cfg[1] / gemm.sm90_tile_rate(cfg, kb)
+
+    predicted = cost((256, 128, 1)) / cost((256, 128, 2))
+    runs = [[row(f"{m}x{n}x{k}", "sustained", 1000.0, 1020.0),
+             row("1024x4096x4096", "sustained", 1000.0, 900.0)]]  # one wave: not counted
+    lines = tool.cluster_load_factor(runs)
+    assert len(lines) == 2 and lines[0].startswith(f"{m}x{n}x{k}")
+    mean = float(lines[1].split("geometric mean ")[1].split()[0])
+    assert mean == pytest.approx(1.02 / predicted, abs=1e-3)
+    assert math.isclose(float(lines[0].split("ratio ")[1]), 1.02 / predicted, abs_tol=1e-3)
