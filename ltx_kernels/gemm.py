@@ -171,6 +171,16 @@ def _sm90_waves(m: int, n: int, cfg: tuple, num_sms: int) -> int:
     return -(-_sm90_units(m, n, cfg) // (num_sms // cfg[2]))
 
 
+def _sm90_cost(m: int, n: int, cfg: tuple, num_sms: int, k_blocks: Optional[int], under_load: bool = True) -> float:
+    """Estimated time of an M x N output in cfg's tiles: whole waves of work units, each tile its area
+    over its rate; under_load=False leaves out the 2-CTA tile's clock factor (cycles alone)."""
+    waves = _sm90_waves(m, n, cfg, num_sms)
+    rate = sm90_tile_rate(cfg, k_blocks)
+    if under_load and cfg[2] > 1 and _whole_ring(cfg, k_blocks) and waves >= SM90_CLUSTER_MIN_WAVES:
+        rate *= SM90_CLUSTER_UNDER_LOAD
+    return waves * cfg[0] * cfg[1] / rate
+
+
 def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> tuple:
     """The (block_m, block_n, cluster) with the least estimated time for an M x N (x K) output on a
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
@@ -179,15 +189,7 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
     if forced := _forced():
         return forced[:3]
     k_blocks = k // 128 if k else None
-
-    def cost(cfg):
-        waves = _sm90_waves(m, n, cfg, num_sms)
-        rate = sm90_tile_rate(cfg, k_blocks)
-        if cfg[2] > 1 and _whole_ring(cfg, k_blocks) and waves >= SM90_CLUSTER_MIN_WAVES:
-            rate *= SM90_CLUSTER_UNDER_LOAD
-        return waves * cfg[0] * cfg[1] / rate
-
-    return min(SM90_TILES, key=cost)
+    return min(SM90_TILES, key=lambda cfg: _sm90_cost(m, n, cfg, num_sms, k_blocks))
 
 
 # Split-K's cost model, fitted on the H200 to the extension's 128x128 tile at 256x4096x4096 and

@@ -28,12 +28,8 @@ def test_ratios_are_means_of_each_runs_ratio():
 
 def test_cluster_load_factor_is_measured_over_the_cycle_models_prediction():
     m, n, k = 32768, 4096, 4096
-    kb = k // 128
-
-    def cost(cfg):
-        return gemm._sm90_waves(m, n, cfg, 132) * cfg[0] * cfg[1] / gemm.sm90_tile_rate(cfg, kb)
-
-    predicted = cost((256, 128, 1)) / cost((256, 128, 2))
+    predicted = (gemm._sm90_cost(m, n, (256, 128, 1), 132, k // 128, under_load=False)
+                 / gemm._sm90_cost(m, n, (256, 128, 2), 132, k // 128, under_load=False))
     runs = [[row(f"{m}x{n}x{k}", "sustained", 1000.0, 1020.0),
              row("1024x4096x4096", "sustained", 1000.0, 900.0)]]  # one wave: not counted
     lines = tool.cluster_load_factor(runs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 
 
@@ -37,25 +38,22 @@ def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]]) -> list[str]:
 
 
 def cluster_load_factor(runs: list[list[dict]], num_sms: int = 132) -> list[str]:
-    import math
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from ltx_kernels import gemm
+    from ltx_kernels import gemm  # here, not at the top: the ratio tables need no torch
 
     cluster = (256, 128, 2)
     lines, logs = [], {}
     for row in runs[0]:
-        m, n, k = (int(v) for v in row["shape"].split("x"))
-        pick = tuple(int(v) for v in row.get("cuda_config", "").split("/")[0].split("x")) or None
-        if pick is None or pick[2] != 1 or gemm._sm90_waves(m, n, cluster, num_sms) < gemm.SM90_CLUSTER_MIN_WAVES:
+        if not row.get("cuda_config"):
             continue
-        kb = k // 128
-
-        def cycles_cost(cfg):
-            return gemm._sm90_waves(m, n, cfg, num_sms) * cfg[0] * cfg[1] / gemm.sm90_tile_rate(cfg, kb)
-
-        predicted = cycles_cost(pick) / cycles_cost(cluster)
+        m, n, k = (int(v) for v in row["shape"].split("x"))
+        pick = tuple(int(v) for v in row["cuda_config"].split("/")[0].split("x"))
+        if pick[2] != 1 or gemm._sm90_waves(m, n, cluster, num_sms) < gemm.SM90_CLUSTER_MIN_WAVES:
+            continue
+        predicted = (gemm._sm90_cost(m, n, pick, num_sms, k // 128, under_load=False)
+                     / gemm._sm90_cost(m, n, cluster, num_sms, k // 128, under_load=False))
         rows = [r for run in runs for r in run if r["shape"] == row["shape"] and r["protocol"] == row["protocol"]]
         vals = [r["cuda@256x128x2"] / r["cuda"] for r in rows if r.get("cuda@256x128x2") and r.get("cuda")]
         if not vals:
