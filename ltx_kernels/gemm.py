@@ -95,14 +95,16 @@ SM90_TILES = {
 # times as much at K = 2048 as at 8192. (c, t) of the kernel as built: least squares over Nsight
 # Compute cycles (one launch each) at seven shapes, the mean of two runs on an H100 (the H200 has
 # the same SMs; its fit of the kernel before the one-round epilogue had c within 1.3 %),
-# tools/tile_boundary_fit.py on bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt.
-# 256x128x2's pair predates the clusters' producer-tail exit, after which its launches took 0.6-1.6 %
-# more cycles than 256x128x1's instead of these 3.1-3.5 %; SM90_CLUSTER_UNDER_LOAD below was fitted
-# against these values, so the two are refitted together.
+# tools/tile_boundary_fit.py on bench/results/2026-12-06-h100-sm90-tiles-and-small-m/tiles_ncu_cycles_run*.txt;
+# 256x128x2's, since the clusters' producer-tail exit, on
+# bench/results/2026-12-06-h100-sm90-2cta-picks-block-and-refit/cycles_run*.txt (whose one-CTA
+# fits, 256x128x1 c = 1076-1080 and t = 3374-3821, 192x128x1 815-818 and 2930-2954, show how far
+# t moves between runs). SM90_CLUSTER_UNDER_LOAD below is fitted against 256x128x2's pair, so the
+# two are refitted together.
 SM90_WHOLE_RING = {
     (256, 128, 1): (1076, 3124),
     (192, 128, 1): (805, 3014),
-    (256, 128, 2): (1109, 3300),
+    (256, 128, 2): (1084, 3436),
 }
 SM90_RING_DEPTH = 4
 # On SM90_TILES's scale: 192x128x1 keeps 1.07 at every K, the mean of its whole-ring rate at the
@@ -113,12 +115,14 @@ _WHOLE_RING_ANCHOR = ((192, 128, 1), 1.07)
 # output costs: the 2-CTA tile multicasts A, so its CTAs read 0.0078 bytes of operands from L2 an
 # output against 256x128x1's 0.0117 (Nsight Compute at 8192x4096x4096: L2 61 % busy against 70 %,
 # 0.6 % more cycles). Where its grid runs at least SM90_CLUSTER_MIN_WAVES waves, it ran
-# faster than the cycles above predict, sustained, at every shape measured: measured over
-# predicted 1.020-1.133, geometric mean 1.052 at twelve shapes, two runs on an H100
-# (bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks; tools/gemm_ratios.py
-# --cluster-load-factor recomputes it from such runs). With fewer waves it lost (0.944 at
+# faster than the cycles above predict, sustained, at the twelve shapes measured: measured over
+# predicted, geometric mean 1.035 (0.999-1.109) in two runs on an H100 timing the host's one-CTA
+# pick beside the 2-CTA tile forced (bench/results/2026-12-06-h100-sm90-2cta-beside-host-picks),
+# 1.034 (1.011-1.077) in three runs of a later lease timing the 2-CTA pick beside 256x128x1 forced
+# (bench/results/2026-12-06-h100-sm90-2cta-picks-block-and-refit); tools/gemm_ratios.py
+# --cluster-load-factor recomputes it from such runs. With fewer waves it lost (0.944 at
 # 1024x4096x4096, 0.977 at 3000x2176x7168), so the factor counts only in multi-wave grids.
-SM90_CLUSTER_UNDER_LOAD = 1.05
+SM90_CLUSTER_UNDER_LOAD = 1.035
 SM90_CLUSTER_MIN_WAVES = 4
 
 

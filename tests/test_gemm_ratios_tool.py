@@ -37,3 +37,15 @@ def test_cluster_load_factor_is_measured_over_the_cycle_models_prediction():
     mean = float(lines[1].split("geometric mean ")[1].split()[0])
     assert mean == pytest.approx(1.02 / predicted, abs=1e-3)
     assert math.isclose(float(lines[0].split("ratio ")[1]), 1.02 / predicted, abs_tol=1e-3)
+
+
+def test_cluster_load_factor_reads_runs_where_the_host_picked_the_cluster():
+    m, n, k = 32768, 4096, 4096
+    assert gemm.sm90_tile_config(m, n, 132, k) == (256, 128, 2)
+    predicted = (gemm._sm90_cost(m, n, (256, 128, 1), 132, k // 128, under_load=False)
+                 / gemm._sm90_cost(m, n, (256, 128, 2), 132, k // 128, under_load=False))
+    runs = [[{"shape": f"{m}x{n}x{k}", "protocol": "sustained", "cuda_config": "256x128x2/1", "cuda": 1030.0,
+              "cuda@256x128x1": 1000.0, "cuda@256x128x1_mhz": 1500.0}]]
+    lines = tool.cluster_load_factor(runs)
+    assert len(lines) == 2 and "one-CTA (256, 128, 1)" in lines[0]
+    assert float(lines[0].split("ratio ")[1]) == pytest.approx(1.03 / predicted, abs=1e-3)

@@ -8,16 +8,19 @@ under the power limit do not, docs/measuring.md).
 
     python tools/gemm_ratios.py run1.json run2.json --cluster-load-factor
 
-instead derives ``SM90_CLUSTER_UNDER_LOAD`` (ltx_kernels/gemm.py) from runs that time the host's
-one-CTA pick (``cuda``) beside the forced 2-CTA tile (``cuda@256x128x2``): per shape whose 2-CTA
-grid runs at least ``SM90_CLUSTER_MIN_WAVES`` waves, the measured ratio over the one the host's
-cycle model predicts (without the factor), and their geometric mean per protocol.
+instead derives ``SM90_CLUSTER_UNDER_LOAD`` (ltx_kernels/gemm.py) from runs that time the 2-CTA
+tile beside a one-CTA tile, either way round: the host's one-CTA pick (``cuda``) beside the forced
+2-CTA tile (``cuda@256x128x2``), or the host's 2-CTA pick beside a forced one-CTA tile
+(``cuda@256x128x1``). Per shape whose 2-CTA grid runs at least ``SM90_CLUSTER_MIN_WAVES`` waves:
+the measured 2-CTA / one-CTA ratio over the one the host's cycle model predicts (without the
+factor), and their geometric mean per protocol.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 import statistics
 
 
@@ -44,23 +47,36 @@ def cluster_load_factor(runs: list[list[dict]], num_sms: int = 132) -> list[str]
     from ltx_kernels import gemm  # here, not at the top: the ratio tables need no torch
 
     cluster = (256, 128, 2)
+
+    def cfg(text):
+        return tuple(int(v) for v in text.split("x"))
+
     lines, logs = [], {}
     for row in runs[0]:
         if not row.get("cuda_config"):
             continue
         m, n, k = (int(v) for v in row["shape"].split("x"))
-        pick = tuple(int(v) for v in row["cuda_config"].split("/")[0].split("x"))
-        if pick[2] != 1 or gemm._sm90_waves(m, n, cluster, num_sms) < gemm.SM90_CLUSTER_MIN_WAVES:
+        pick = cfg(row["cuda_config"].split("/")[0])
+        if pick[2] == 1:
+            one, cols = pick, ("cuda@256x128x2", "cuda")
+        elif pick == cluster:
+            forced = [key for key in row if re.fullmatch(r"cuda@\d+x\d+x1", key)]
+            if not forced:
+                continue
+            one, cols = cfg(forced[0][5:]), ("cuda", forced[0])
+        else:
             continue
-        predicted = (gemm._sm90_cost(m, n, pick, num_sms, k // 128, under_load=False)
+        if gemm._sm90_waves(m, n, cluster, num_sms) < gemm.SM90_CLUSTER_MIN_WAVES:
+            continue
+        predicted = (gemm._sm90_cost(m, n, one, num_sms, k // 128, under_load=False)
                      / gemm._sm90_cost(m, n, cluster, num_sms, k // 128, under_load=False))
         rows = [r for run in runs for r in run if r["shape"] == row["shape"] and r["protocol"] == row["protocol"]]
-        vals = [r["cuda@256x128x2"] / r["cuda"] for r in rows if r.get("cuda@256x128x2") and r.get("cuda")]
+        vals = [r[cols[0]] / r[cols[1]] for r in rows if r.get(cols[0]) and r.get(cols[1])]
         if not vals:
             continue
         measured = statistics.mean(vals)
         logs.setdefault(row["protocol"], []).append(math.log(measured / predicted))
-        lines.append(f"{row['shape']:18s} {row['protocol']:9s} pick {pick} measured {measured:.3f} "
+        lines.append(f"{row['shape']:18s} {row['protocol']:9s} one-CTA {one} measured {measured:.3f} "
                      f"predicted {predicted:.3f} ratio {measured / predicted:.3f}")
     for protocol, vals in logs.items():
         lines.append(f"{protocol}: geometric mean {math.exp(statistics.mean(vals)):.3f} over {len(vals)} shapes "
@@ -73,7 +89,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="JSON files written by gemm_protocols.py --json")
     ap.add_argument("--pairs", default="cuda/deep_gemm", help="A/B,... backend or anchor names")
     ap.add_argument("--cluster-load-factor", action="store_true",
-                    help="measured over predicted 256x128x2 / one-CTA pick (module docstring)")
+                    help="measured over predicted 256x128x2 / one-CTA tile (module docstring)")
     args = ap.parse_args()
     runs = [json.load(open(path))["rows"] for path in args.runs]
     if args.cluster_load_factor:
