@@ -5,7 +5,11 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
   burst      a few warm-up calls, then 20 timed calls, each after a 256 MB write that flushes the
              L2 (the protocol most published GEMM figures use);
   sustained  back-to-back calls for --sustain-ms first, then 50 back-to-back timed calls (what a
-             long generation run sees).
+             long generation run sees), queued behind a short GPU sleep so that the host is ahead
+             of the GPU: the events then time the kernels back to back. Without it, at 10-30 us
+             kernels (M <= 1024) the host's cost per call is of the kernel's order
+             (tools/gemm_host_cost.py) and the events could time the host instead; two columns of
+             the same kernel at 1024x4096x4096 differed by up to 30 % that way on an H100.
   graph      ten back-to-back calls captured in a CUDA graph, the median of 20 replays over ten
              (the kernels alone: no host cost, each launched right behind the one before, L2 warm;
              what a programmatic launch changes shows here).
@@ -49,12 +53,19 @@ SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096
 _FLUSH = None
 
 
-def timed_median_ms(fn, reps, flush):
+# GPU cycles of the sleep that the sustained protocol's timed calls queue behind (1.5-3 ms at the
+# H100 / H200 clocks): enough for the host to enqueue 50 calls of up to ~50 us host cost each.
+HEAD_START_CYCLES = 4_000_000
+
+
+def timed_median_ms(fn, reps, flush, head_start=False):
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    if head_start:
+        torch.cuda._sleep(HEAD_START_CYCLES)
     for i in range(reps):
         if flush:
             _FLUSH.fill_(i & 0xFF)
@@ -89,7 +100,7 @@ def measure(fn, protocol, sustain_ms, sampler):
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
-        return sampler.window(lambda: timed_median_ms(fn, 50, flush=False))
+        return sampler.window(lambda: timed_median_ms(fn, 50, flush=False, head_start=True))
     return sampler.window(lambda: timed_median_ms(fn, 20, flush=True))
 
 
@@ -243,7 +254,8 @@ def main():
                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "unit": "TFLOP/s, MHz, W (medians)",
                "sustain_ms": args.sustain_ms, "upstream_path": args.upstream_path,
                "protocols": "burst: 5 warm-up calls, median of 20, each after a 256 MB L2 flush; sustained: "
-                            "back-to-back for sustain_ms, then median of 50 back-to-back calls; graph: ten calls in a CUDA "
+                            "back-to-back for sustain_ms, then median of 50 back-to-back calls queued behind a GPU sleep of "
+                            f"{HEAD_START_CYCLES} cycles; graph: ten calls in a CUDA "
                             "graph, median of 20 replays over ten"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
