@@ -47,3 +47,14 @@ def test_one_k_count_is_refused(tmp_path):
 def test_table_without_header_is_refused():
     with pytest.raises(ValueError, match="no header line"):
         tbf.read_table("pk@256x128x1  300,000\n")
+
+
+def test_missing_values_are_left_out_of_the_fit():
+    line = {16: 16 * 1000 + 3000, 32: 32 * 1000 + 3000, 128: 128 * 1000 + 3000}
+    shapes = ["8448x4096x2048", "8448x4096x4096", "8448x4096x16384", "8448x6144x4096"]
+    table = "kernel " + " ".join(shapes) + "\n"
+    # 8448 rows = 33 row blocks of 256: 33 x 16 / 66 = 8 waves at N 4096 (2-CTA), 12 at N 6144
+    table += "deep_gemm " + " ".join(f"{8 * line[int(s.split('x')[2]) // 128]:,}" for s in shapes[:3]) + " -\n"
+    (r,) = tbf.boundary_fit(table, min_kb=16)
+    assert r["c"] == pytest.approx(1000) and r["t"] == pytest.approx(3000)
+    assert r["residual"]["8448x6144x4096"] is None

@@ -7,7 +7,8 @@ same kernel launched twice in one profile has differed by up to 3.4 %).
 
 Each shape runs tools/upstream/ncu_vs_deep_gemm.py under ncu: the extension's own pick, then the
 configs given (a config of the built extension, or of a variant library from ``LIB=1
-tools/sm90_build_standalone.sh``), then deep_gemm. Prints one row a kernel and one column a shape.
+tools/sm90_build_standalone.sh``), then deep_gemm where it accepts the shape (N and K in
+``gemm_protocols.DEEP_GEMM_DIMS``; "-" elsewhere). Prints one row a kernel and one column a shape.
 """
 from __future__ import annotations
 
@@ -52,12 +53,16 @@ def main() -> int:
     ap.add_argument("--out", help="also write the table here")
     ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
     args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from gemm_protocols import DEEP_GEMM_DIMS
+
     shapes = args.shapes.split(",")
-    launches = len(args.specs) + 2  # the extension's pick, the configs, deep_gemm
     labels = ["extension (host's pick)"] + [label(s) for s in args.specs] + ["deep_gemm"]
-    cycles = {}
+    cycles, expected = {}, {}
     for shape in shapes:
         m, n, k = shape.split("x")
+        # the extension's pick, the configs, and deep_gemm where it accepts N and K
+        launches = expected[shape] = len(args.specs) + 1 + (int(n) in DEEP_GEMM_DIMS and int(k) in DEEP_GEMM_DIMS)
         cmd = [args.ncu, "--clock-control", "none", "-k", "regex:fp8_gemm_kernel|sm90_fp8_gemm_1d2d",
                "-s", str(launches), "-c", str(launches), "--metrics", "sm__cycles_elapsed.max",
                sys.executable, str(HERE / "upstream" / "ncu_vs_deep_gemm.py"), args.upstream_path, m, n, k,
@@ -72,7 +77,7 @@ def main() -> int:
     if args.out:
         pathlib.Path(args.out).write_text(
             "# sm__cycles_elapsed.max, one launch each after a warm-up (ncu --clock-control none)\n" + text + "\n")
-    return 0 if all(len(v) == launches for v in cycles.values()) else 1
+    return 0 if all(len(cycles[s]) == expected[s] for s in shapes) else 1
 
 
 if __name__ == "__main__":

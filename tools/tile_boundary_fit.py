@@ -20,8 +20,9 @@ _TILE = re.compile(r"@(\d+)x(\d+)x(\d+)$")
 DEEP_GEMM_TILE = (256, 128, 2)
 
 
-def read_table(text: str) -> tuple[list[str], dict[str, list[int]]]:
-    """(shapes, {kernel: cycles per shape}) of an ncu_cycles.py table."""
+def read_table(text: str) -> tuple[list[str], dict[str, list[int | None]]]:
+    """(shapes, {kernel: cycles per shape}) of an ncu_cycles.py table; None where a kernel has no
+    value ("-": deep_gemm at N, K it refuses)."""
     shapes, rows = [], {}
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -32,7 +33,8 @@ def read_table(text: str) -> tuple[list[str], dict[str, list[int]]]:
         if not shapes:
             raise ValueError("no header line (kernel SHAPE ...) before the first row")
         fields = line.split()
-        rows[" ".join(fields[:-len(shapes)])] = [int(v.replace(",", "")) for v in fields[-len(shapes):]]
+        rows[" ".join(fields[:-len(shapes)])] = [None if v == "-" else int(v.replace(",", ""))
+                                                 for v in fields[-len(shapes):]]
     return shapes, rows
 
 
@@ -70,11 +72,11 @@ def boundary_fit(text: str, sms: int = 132, min_kb: int = 32) -> list[dict]:
         tile = tile_of(kernel)
         if tile is None:
             continue
-        per_tile = {s: cyc / waves(s, tile, sms) for s, cyc in zip(shapes, cycles)}
+        per_tile = {s: cyc / waves(s, tile, sms) for s, cyc in zip(shapes, cycles) if cyc is not None}
         kb = {s: int(s.split("x")[2]) // 128 for s in shapes}
-        c, t = fit([(kb[s], per_tile[s]) for s in shapes if kb[s] >= min_kb])
+        c, t = fit([(kb[s], y) for s, y in per_tile.items() if kb[s] >= min_kb])
         out.append({"kernel": kernel, "c": c, "t": t,
-                    "residual": {s: per_tile[s] / (kb[s] * c + t) - 1 for s in shapes}})
+                    "residual": {s: per_tile[s] / (kb[s] * c + t) - 1 if s in per_tile else None for s in shapes}})
     return out
 
 
@@ -94,7 +96,7 @@ def main() -> None:
           + "   (per-tile cycles over the fit, -1)")
     for r in res:
         print(f"{r['kernel']:{width}s}{r['c']:7.0f}{r['t']:8.0f}"
-              + "".join(f"{r['residual'][s]:+18.3f}" for s in shapes))
+              + "".join(f"{'-':>18s}" if r["residual"][s] is None else f"{r['residual'][s]:+18.3f}" for s in shapes))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,10 @@ for phase in "$@"; do
       [ -n "$UP" ] || UP=$(upstream_path)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       read -r -a cfgs <<< "${NCU_CFGS:-256x128x2}"
-      n=$(( ${#cfgs[@]} + 2 ))
+      read -r _ ncu_n ncu_k <<< "${NCU_SHAPE:-32768 4096 4096}"
+      dg=0  # ncu_vs_deep_gemm.py launches deep_gemm only at the N, K it accepts (gemm_protocols.DEEP_GEMM_DIMS)
+      case " 2048 4096 8192 16384 " in *" $ncu_n "*) case " 2048 4096 8192 16384 " in *" $ncu_k "*) dg=1 ;; esac ;; esac
+      n=$(( ${#cfgs[@]} + 1 + dg ))
       timeout 300 "$NCU" --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s "$n" -c "$n" --set detailed \
         --section WarpStateStats --section InstructionStats --section SourceCounters -o /tmp/ncu_gemm -f \
         python tools/upstream/ncu_vs_deep_gemm.py "$UP" ${NCU_SHAPE:-32768 4096 4096} "${cfgs[@]}" > "$LOGS/ncu_run.log" 2>&1
