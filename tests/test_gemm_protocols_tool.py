@@ -1,0 +1,49 @@
+"""tools/gemm_protocols.py's timing loop without a GPU: torch.cuda's events, sleep and synchronize
+replaced by fakes that log the order in which the loop enqueues its work."""
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # gemm_protocols imports nvml_clock from there
+spec = importlib.util.spec_from_file_location("gemm_protocols", ROOT / "tools/gemm_protocols.py")
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.index = None
+
+        def record(self):
+            self.index = len(log)
+            log.append("event")
+
+        def elapsed_time(self, end):  # ms: the number of entries enqueued between the two events
+            return float(end.index - self.index)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return log
+
+
+def test_sustained_calls_queue_behind_the_sleep(queue):
+    ms = tool.timed_median_ms(lambda: queue.append("call"), 5, flush=False, head_start=True)
+    assert queue[0] == f"sleep {tool.HEAD_START_CYCLES}"  # before the first event: the host gets ahead
+    assert queue[1:] == ["event", "call", "event"] * 5
+    assert ms == 2.0
+
+
+def test_burst_flushes_before_each_call_and_does_not_sleep(queue, monkeypatch):
+    monkeypatch.setattr(tool, "_FLUSH", torch.empty(16, dtype=torch.uint8))
+    tool.timed_median_ms(lambda: queue.append("call"), 3, flush=True)
+    assert not any(e.startswith("sleep") for e in queue)
+    assert queue == ["event", "call", "event"] * 3
