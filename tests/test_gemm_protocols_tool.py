@@ -29,21 +29,31 @@ def queue(monkeypatch):
         def elapsed_time(self, end):  # ms: the number of entries enqueued between the two events
             return float(end.index - self.index)
 
+        def query(self):  # the GPU has passed this event
+            log.append("query")
+            return True
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("synchronize"))
     return log
 
 
 def test_sustained_calls_queue_behind_the_sleep(queue):
     ms = tool.timed_median_ms(lambda: queue.append("call"), 5, flush=False, head_start=True)
     assert queue[0] == f"sleep {tool.HEAD_START_CYCLES}"  # before the first event: the host gets ahead
-    assert queue[1:] == ["event", "call", "event"] * 5
+    assert queue[1:] == ["event", "call", "event"] * 5 + ["synchronize"]
     assert ms == 2.0
+
+
+def test_the_clock_window_restarts_once_the_gpu_reaches_the_calls(queue):
+    tool.timed_median_ms(lambda: queue.append("call"), 3, flush=False, head_start=True,
+                         on_gpu_start=lambda: queue.append("restart"))
+    assert queue[-3:] == ["query", "restart", "synchronize"]  # all calls queued first, then the wait
 
 
 def test_burst_flushes_before_each_call_and_does_not_sleep(queue, monkeypatch):
     monkeypatch.setattr(tool, "_FLUSH", torch.empty(16, dtype=torch.uint8))
     tool.timed_median_ms(lambda: queue.append("call"), 3, flush=True)
     assert not any(e.startswith("sleep") for e in queue)
-    assert queue == ["event", "call", "event"] * 3
+    assert queue == ["event", "call", "event"] * 3 + ["synchronize"]

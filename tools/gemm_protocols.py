@@ -53,12 +53,15 @@ SHAPES = [(16384, 4096, 4096), (16384, 16384, 4096), (16384, 4096, 16384), (4096
 _FLUSH = None
 
 
-# GPU cycles of the sleep that the sustained protocol's timed calls queue behind (1.5-3 ms at the
-# H100 / H200 clocks): enough for the host to enqueue 50 calls of up to ~50 us host cost each.
+# GPU cycles of the sleep that the sustained protocol's timed calls queue behind (2-3 ms at the
+# H100 / H200 clocks): enough for the host to enqueue 50 calls of up to ~40 us host cost each.
 HEAD_START_CYCLES = 4_000_000
 
 
-def timed_median_ms(fn, reps, flush, head_start=False):
+def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
+    """Median ms of reps calls of fn, each between two CUDA events. head_start: the calls queue
+    behind a GPU sleep, and on_gpu_start runs once the GPU has reached the first of them (the
+    clock sampler drops what it saw during the sleep)."""
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -72,6 +75,10 @@ def timed_median_ms(fn, reps, flush, head_start=False):
         starts[i].record()
         fn()
         ends[i].record()
+    if head_start and on_gpu_start is not None:
+        while not starts[0].query():
+            time.sleep(5e-5)
+        on_gpu_start()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
@@ -100,7 +107,8 @@ def measure(fn, protocol, sustain_ms, sampler):
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
-        return sampler.window(lambda: timed_median_ms(fn, 50, flush=False, head_start=True))
+        return sampler.window(lambda: timed_median_ms(fn, 50, flush=False, head_start=True,
+                                                      on_gpu_start=sampler.restart))
     return sampler.window(lambda: timed_median_ms(fn, 20, flush=True))
 
 

@@ -36,6 +36,10 @@ class ClockSampler:
                     pass
             time.sleep(self.period)
 
+    def restart(self):
+        """Drop the samples of the window so far (its fn calls this once the part to time begins)."""
+        self.samples = []
+
     def window(self, fn):
         self.samples, self.on = [], True
         out = fn()
