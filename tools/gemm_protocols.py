@@ -8,8 +8,9 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              long generation run sees), queued behind a short GPU sleep so that the host is ahead
              of the GPU: the events then time the kernels back to back. Without it, at 10-30 us
              kernels (M <= 1024) the host's cost per call is of the kernel's order
-             (tools/gemm_host_cost.py) and the events could time the host instead; two columns of
-             the same kernel at 1024x4096x4096 differed by up to 30 % that way on an H100.
+             (tools/gemm_host_cost.py) and the events could time the host instead (two columns of
+             the same kernel at 1024x4096x4096 differed by up to 30 % without the head start on an
+             H100, by 1-3 % with it).
   graph      ten back-to-back calls captured in a CUDA graph, the median of 20 replays over ten
              (the kernels alone: no host cost, each launched right behind the one before, L2 warm;
              what a programmatic launch changes shows here).
