@@ -122,8 +122,9 @@ _WHOLE_RING_ANCHOR = ((192, 128, 1), 1.07)
 # (bench/results/2026-12-06-h100-sm90-2cta-picks-block-and-refit), 1.022 (0.997-1.063) in two
 # runs of a third (bench/results/2026-12-06-h100-sm90-sustained-head-start): 1.03 is the three
 # sets' geometric mean, which picks as 1.022 and 1.035 do at the 17 shapes measured;
-# tools/gemm_ratios.py --cluster-load-factor recomputes it from such runs. With fewer waves it lost (0.944 at
-# 1024x4096x4096, 0.977 at 3000x2176x7168), so the factor counts only in multi-wave grids.
+# tools/gemm_ratios.py --cluster-load-factor recomputes it from such runs. With fewer waves it
+# lost (0.944 at 1024x4096x4096, 0.977 at 3000x2176x7168), so the factor counts only in
+# multi-wave grids.
 SM90_CLUSTER_UNDER_LOAD = 1.03
 SM90_CLUSTER_MIN_WAVES = 4
 

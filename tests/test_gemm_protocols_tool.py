@@ -57,3 +57,8 @@ def test_burst_flushes_before_each_call_and_does_not_sleep(queue, monkeypatch):
     tool.timed_median_ms(lambda: queue.append("call"), 3, flush=True)
     assert not any(e.startswith("sleep") for e in queue)
     assert queue == ["event", "call", "event"] * 3 + ["synchronize"]
+
+
+def test_deep_gemm_is_timed_only_at_the_weights_it_takes():
+    assert tool.deep_gemm_accepts(4096, 2048) and tool.deep_gemm_accepts(16384, 4096)
+    assert not tool.deep_gemm_accepts(6144, 4096) and not tool.deep_gemm_accepts(2176, 7168)

@@ -116,6 +116,12 @@ def measure(fn, protocol, sustain_ms, sampler):
 DEEP_GEMM_DIMS = (2048, 4096, 8192, 16384)
 
 
+def deep_gemm_accepts(n, k):
+    """Whether LTX-2's deep_gemm takes an N x K weight (its template is instantiated for these N, K
+    only; other shapes crash its process)."""
+    return n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS
+
+
 def upstream_gemm(path):
     """LTX-2's ``blockwise_cpp.fp8_gemm_nt_sm90`` from a build folder, or None."""
     if not path:
@@ -213,7 +219,7 @@ def main():
                    "cublas_bf16": lambda: bf_a @ bf_b.t()}
         fns.update({a: anchors[a] for a in args.anchors.split(",") if a in anchors})
         errors = {}
-        if deep_gemm is not None and n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS:
+        if deep_gemm is not None and deep_gemm_accepts(n, k):
             outs["deep_gemm"] = torch.empty_like(d)
             fns["deep_gemm"] = lambda: deep_gemm((qa, sa), (qb, sb), outs["deep_gemm"], bias=bias)
         want = lk.reference.fp8_gemm_nt(qa, sa, qb, sb, bias)

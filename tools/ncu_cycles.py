@@ -7,8 +7,8 @@ same kernel launched twice in one profile has differed by up to 3.4 %).
 
 Each shape runs tools/upstream/ncu_vs_deep_gemm.py under ncu: the extension's own pick, then the
 configs given (a config of the built extension, or of a variant library from ``LIB=1
-tools/sm90_build_standalone.sh``), then deep_gemm where it accepts the shape (N and K in
-``gemm_protocols.DEEP_GEMM_DIMS``; "-" elsewhere). Prints one row a kernel and one column a shape.
+tools/sm90_build_standalone.sh``), then deep_gemm where it accepts the shape
+(``gemm_protocols.deep_gemm_accepts``; "-" elsewhere). Prints one row a kernel and one column a shape.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from gemm_protocols import DEEP_GEMM_DIMS
+    from gemm_protocols import deep_gemm_accepts
 
     shapes = args.shapes.split(",")
     labels = ["extension (host's pick)"] + [label(s) for s in args.specs] + ["deep_gemm"]
@@ -62,7 +62,7 @@ def main() -> int:
     for shape in shapes:
         m, n, k = shape.split("x")
         # the extension's pick, the configs, and deep_gemm where it accepts N and K
-        launches = expected[shape] = len(args.specs) + 1 + (int(n) in DEEP_GEMM_DIMS and int(k) in DEEP_GEMM_DIMS)
+        launches = expected[shape] = len(args.specs) + 1 + deep_gemm_accepts(int(n), int(k))
         cmd = [args.ncu, "--clock-control", "none", "-k", "regex:fp8_gemm_kernel|sm90_fp8_gemm_1d2d",
                "-s", str(launches), "-c", str(launches), "--metrics", "sm__cycles_elapsed.max",
                sys.executable, str(HERE / "upstream" / "ncu_vs_deep_gemm.py"), args.upstream_path, m, n, k,

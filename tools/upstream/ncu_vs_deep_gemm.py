@@ -5,8 +5,9 @@ shape, each once after a warm-up:
     ncu --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s N -c N ... \\
         python tools/upstream/ncu_vs_deep_gemm.py UPSTREAM_PATH M N K [BMxBNxCL | LIB.so@BMxBNxCL ...]
 
-(N = 2 + the number of configs, 1 + where deep_gemm refuses the shape (N or K outside
-``gemm_protocols.DEEP_GEMM_DIMS``: it is then not launched); the warm-up launches are skipped.) ``LIB.so@cfg`` is a library
+(N = 2 + the number of configs, 1 + where deep_gemm refuses the shape
+(``gemm_protocols.deep_gemm_accepts``: it is then not launched); the warm-up launches are
+skipped.) ``LIB.so@cfg`` is a library
 from ``LIB=1 tools/sm90_build_standalone.sh`` (the kernel variant's own instantiation of cfg).
 """
 import pathlib
@@ -20,7 +21,7 @@ sys.path.insert(0, sys.argv[1])
 import blockwise_cpp  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from gemm_protocols import DEEP_GEMM_DIMS, lib_gemm  # noqa: E402  (tools/: the variant libraries' ctypes entry)
+from gemm_protocols import deep_gemm_accepts, lib_gemm  # noqa: E402  (tools/: the variant libraries' ctypes entry)
 
 m, n, k = (int(v) for v in sys.argv[2:5])
 specs = sys.argv[5:]
@@ -39,7 +40,7 @@ for spec in specs:
         runs.append(lambda c=cfg, call=lib_gemm(path): call(qa, sa, qb, sb_tma, bias, d, c))
     else:
         runs.append(lambda c=cfg: mod.fp8_gemm_nt(qa, sa, qb, sb_tma, bias, d, *c, 1))
-if n in DEEP_GEMM_DIMS and k in DEEP_GEMM_DIMS:  # other N, K crash deep_gemm's process
+if deep_gemm_accepts(n, k):
     runs += [lambda: blockwise_cpp.fp8_gemm_nt_sm90((qa, sa), (qb, sb), d, bias=bias)]
 else:
     print(f"deep_gemm refuses N = {n}, K = {k}: not launched", file=sys.stderr)

@@ -99,8 +99,8 @@ for phase in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       read -r -a cfgs <<< "${NCU_CFGS:-256x128x2}"
       read -r _ ncu_n ncu_k <<< "${NCU_SHAPE:-32768 4096 4096}"
-      dg=0  # ncu_vs_deep_gemm.py launches deep_gemm only at the N, K it accepts (gemm_protocols.DEEP_GEMM_DIMS)
-      case " 2048 4096 8192 16384 " in *" $ncu_n "*) case " 2048 4096 8192 16384 " in *" $ncu_k "*) dg=1 ;; esac ;; esac
+      # ncu_vs_deep_gemm.py launches deep_gemm only at the N, K it accepts
+      dg=$(python -c "import sys; sys.path.insert(0, 'tools'); from gemm_protocols import deep_gemm_accepts; print(int(deep_gemm_accepts($ncu_n, $ncu_k)))")
       n=$(( ${#cfgs[@]} + 1 + dg ))
       timeout 300 "$NCU" --clock-control none -k regex:"fp8_gemm_kernel|sm90_fp8_gemm_1d2d" -s "$n" -c "$n" --set detailed \
         --section WarpStateStats --section InstructionStats --section SourceCounters -o /tmp/ncu_gemm -f \
