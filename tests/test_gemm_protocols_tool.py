@@ -62,3 +62,17 @@ def test_burst_flushes_before_each_call_and_does_not_sleep(queue, monkeypatch):
 def test_deep_gemm_is_timed_only_at_the_weights_it_takes():
     assert tool.deep_gemm_accepts(4096, 2048) and tool.deep_gemm_accepts(16384, 4096)
     assert not tool.deep_gemm_accepts(6144, 4096) and not tool.deep_gemm_accepts(2176, 7168)
+
+
+def test_interleaved_calls_alternate_behind_one_sleep(queue):
+    fns = {"a": lambda: queue.append("a"), "b": lambda: queue.append("b")}
+    ms = tool.timed_interleaved_ms(fns, 3, on_gpu_start=lambda: queue.append("restart"))
+    assert queue[0] == f"sleep {tool.HEAD_START_CYCLES}"
+    assert queue[1:-3] == ["event", "a", "event", "event", "b", "event"] * 3
+    assert queue[-3:] == ["query", "restart", "synchronize"]
+    assert ms == {"a": 2.0, "b": 2.0}
+
+
+def test_interleaved_sleep_grows_with_the_calls_queued(queue):
+    tool.timed_interleaved_ms({n: (lambda: None) for n in "abcde"}, 30)
+    assert queue[0] == f"sleep {tool.HEAD_START_CYCLES * 3}"  # 150 calls: three times 50

@@ -14,6 +14,10 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
   graph      ten back-to-back calls captured in a CUDA graph, the median of 20 replays over ten
              (the kernels alone: no host cost, each launched right behind the one before, L2 warm;
              what a programmatic launch changes shows here).
+  interleaved  every backend of the row in turn, back to back: --sustain-ms of rounds first, then 30
+             timed rounds queued behind a GPU sleep, the median per backend. All backends run in
+             one power state and at one clock, so the ratios are work per clock under the cap,
+             without the energy a kernel draws deciding its own clock (sustained keeps that).
 Each row times our backends and the anchors in the same process, each call between CUDA events
 (median), with the SM clock and board power sampled through NVML while the timed calls run; the
 order of the backends rotates from shape to shape. Anchors: cuBLAS blockwise and tensorwise
@@ -82,6 +86,41 @@ def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
         on_gpu_start()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def timed_interleaved_ms(fns, rounds, on_gpu_start=None):
+    """Median ms per function of fns (a dict) called in turn for the given number of rounds, each
+    call between two CUDA events, all queued behind a GPU sleep long enough for the host to stay
+    ahead (on_gpu_start as in timed_median_ms)."""
+    names = list(fns)
+    starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(rounds)] for n in names}
+    ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(rounds)] for n in names}
+    torch.cuda._sleep(HEAD_START_CYCLES * max(1, rounds * len(names) // 50))
+    for i in range(rounds):
+        for n in names:
+            starts[n][i].record()
+            fns[n]()
+            ends[n][i].record()
+    if on_gpu_start is not None:
+        while not starts[names[0]][0].query():
+            time.sleep(5e-5)
+        on_gpu_start()
+    torch.cuda.synchronize()
+    return {n: statistics.median(s.elapsed_time(e) for s, e in zip(starts[n], ends[n])) for n in names}
+
+
+def measure_interleaved(fns, sustain_ms, sampler, rounds=30):
+    """{name: ms} of the interleaved protocol, with the clock and power of the shared window."""
+    for fn in fns.values():
+        for _ in range(5):
+            fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < sustain_ms:
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+    return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart))
 
 
 def graph_of(fn, calls):
@@ -248,7 +287,11 @@ def main():
         for protocol in args.protocols.split(","):
             row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors,
                    "refused": refused, "cuda_config": cuda_config}
-            for name in names:
+            if protocol == "interleaved":
+                times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler)
+                for name, ms in times.items():
+                    row[name], row[name + "_mhz"], row[name + "_watts"] = round(flops / ms / 1e9, 1), mhz, watts
+            for name in names if protocol != "interleaved" else ():
                 fn = fns[name]
                 try:
                     ms, mhz, watts = measure(fn, protocol, args.sustain_ms, sampler)
@@ -271,7 +314,8 @@ def main():
                "protocols": "burst: 5 warm-up calls, median of 20, each after a 256 MB L2 flush; sustained: "
                             "back-to-back for sustain_ms, then median of 50 back-to-back calls queued behind a GPU sleep of "
                             f"{HEAD_START_CYCLES} cycles; graph: ten calls in a CUDA "
-                            "graph, median of 20 replays over ten"}
+                            "graph, median of 20 replays over ten; interleaved: the backends in turn, "
+                            "back-to-back for sustain_ms, then the median of 30 rounds behind a GPU sleep"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0
