@@ -62,6 +62,12 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              its own dependents at its start, sets up, then waits (griddepcontrol.wait) for that
              kernel before any global access, so back-to-back kernels overlap their set-up with
              the previous one's tail (the change as a library beside the kernel, for graph_ab.py)
+  warpbox    each warp stages its own 16 rows of a box and its lane 0 stores them (16-row TMA boxes)
+             after waiting for its own earlier stores: one named barrier of the consumer's warps a
+             tile (the bias) instead of two a box
+  stgpk      the epilogue without staging: the packed bf16 pairs transposed across each quad with
+             shuffles, every lane storing 16 bytes to global memory (no TMA store, no store waits,
+             one barrier a tile for the bias)
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
@@ -334,6 +340,92 @@ PDL = [
 """),
 ]
 
+
+
+_STORE_BOX = """      const auto store = [&](int w, int bx, const uint8_t* box) {  // one thread: the box's TMA store
+        if (row0 + w * 64 < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);
+      };
+"""
+# warpbox: each warp stages its own 16 rows of a box and its lane 0 stores them (a 16-row TMA box),
+# waiting only for its own earlier stores: one named barrier of the consumer's warps a tile (the bias)
+WARPBOX = [
+    ("      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n",
+     "      if (lane == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n"),
+    (_STORE_BOX, """      const auto store = [&](int w, int bx, const uint8_t* box) {  // lane 0: the warp's 16 rows of the box
+        const int row = row0 + w * 64 + warp * 16;
+        if (row < p.M && n0 + bx * Cfg::kBoxCols < p.N)
+          tma_store_2d(&tma_d, box + warp * 16 * (2 * Cfg::kBoxCols), n0 + bx * Cfg::kBoxCols, row);
+      };
+"""),
+    ("""            if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
+            named_barrier_sync(1 + c, 128);  // box free
+""", """            if (lane == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();
+            __syncwarp();
+"""),
+    ("""            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+            named_barrier_sync(1 + c, 128);
+            if (t == 0) {
+""", """            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)
+            __syncwarp();
+            if (lane == 0) {
+"""),
+    ("""        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+""", """        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+"""),
+    ("    if (t == 0) bulk_wait_read<0>();\n  }\n}\n", "    if (t % 32 == 0) bulk_wait_read<0>();\n  }\n}\n"),
+    ("Config<BM, BN, CLUSTER>::kBoxCols, 64,", "Config<BM, BN, CLUSTER>::kBoxCols, 16,"),
+]
+
+
+def _stgpk(src: str) -> str:
+    """stgpk: the packed part stored straight to global memory, each quad transposing its row's four
+    8-column chunks with shuffles so that every lane stores 16 bytes: no staging, no TMA store, one
+    barrier a tile (the bias)."""
+    v = "stgpk"
+    src = replace_once(src, "      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n", "", v)
+    start = src.index(_STORE_BOX)
+    end = src.index("    // this CTA's units are cluster_id")
+    body = """      const int q = lane % 4;
+      const bool q0 = q & 1, q1 = q & 2;
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + w * 64 + row_in_wave + 8 * h;
+          __nv_bfloat16* drow = p.d + static_cast<int64_t>(row) * p.ldd + n0;
+#pragma unroll
+          for (int g = 0; g < NJ / 4; ++g) {
+            uint32_t x[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) x[k] = packed[w][2 * (4 * g + k) + h];
+            uint32_t r = __shfl_xor_sync(0xffffffff, q0 ? x[0] : x[1], 1);
+            if (q0) x[0] = r; else x[1] = r;
+            r = __shfl_xor_sync(0xffffffff, q0 ? x[2] : x[3], 1);
+            if (q0) x[2] = r; else x[3] = r;
+            r = __shfl_xor_sync(0xffffffff, q1 ? x[0] : x[2], 2);
+            if (q1) x[0] = r; else x[2] = r;
+            r = __shfl_xor_sync(0xffffffff, q1 ? x[1] : x[3], 2);
+            if (q1) x[1] = r; else x[3] = r;
+            const int col = 8 * (4 * g + q);
+            if (row < p.M && n0 + col < p.N)
+              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(drow + col), "r"(x[0]), "r"(x[1]),
+                           "r"(x[2]), "r"(x[3])
+                           : "memory");
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+    };
+
+"""
+    return src[:start] + body + src[end:]
+
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
@@ -368,11 +460,12 @@ REPLACEMENTS = {
     "stagger": _stagger(1024),
     "stagger2": _stagger(2048),
     "pdl": PDL,
+    "warpbox": WARPBOX,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
 
-FUNCTIONS: dict = {}  # variant -> a function rewriting the source (none at present)
+FUNCTIONS: dict = {"stgpk": _stgpk}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
