@@ -5,6 +5,8 @@ set -uo pipefail
 OUTDIR=${1:-${OUT:-bench/out}}
 mkdir -p "$OUTDIR"
 SO=$(ls ltx_kernels/_C_gemm_sm90*.so 2>/dev/null | head -1)
+# else the module compiled on first use (in LTX_KERNELS_CACHE_DIR)
+[ -n "$SO" ] || SO=$(python3 -c "from ltx_kernels import _ext; m = _ext.load('_C_gemm_sm90')[0]; print(m.__file__ if m else '')")
 [ -n "$SO" ] || { echo "ltx_kernels/_C_gemm_sm90 not built"; exit 1; }
 CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 "$CUOBJDUMP" -sass "$SO" > "$OUTDIR/sm90_gemm.sass" 2>&1
