@@ -63,50 +63,53 @@ _FLUSH = None
 HEAD_START_CYCLES = 4_000_000
 
 
-def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
-    """Median ms of reps calls of fn, each between two CUDA events. head_start: the calls queue
-    behind a GPU sleep, and on_gpu_start runs once the GPU has reached the first of them (the
-    clock sampler drops what it saw during the sleep)."""
+def _timed_ms(fns, reps, flush, head_start, on_gpu_start):
+    """{name: median ms} of reps rounds calling each function of fns in turn, each call between two
+    CUDA events. flush: a 256 MB write before every call. head_start: all calls queue behind a GPU
+    sleep (HEAD_START_CYCLES for every 50 of them), and on_gpu_start runs once the GPU has reached
+    the first (the clock sampler drops what it saw during the sleep)."""
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns}
+    ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns}
     if head_start:
-        torch.cuda._sleep(HEAD_START_CYCLES)
+        torch.cuda._sleep(HEAD_START_CYCLES * max(1, reps * len(fns) // 50))
     for i in range(reps):
-        if flush:
-            _FLUSH.fill_(i & 0xFF)
-        starts[i].record()
-        fn()
-        ends[i].record()
+        for n, fn in fns.items():
+            if flush:
+                _FLUSH.fill_(i & 0xFF)
+            starts[n][i].record()
+            fn()
+            ends[n][i].record()
     if head_start and on_gpu_start is not None:
-        while not starts[0].query():
+        first = starts[next(iter(fns))][0]
+        while not first.query():
             time.sleep(5e-5)
         on_gpu_start()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return {n: statistics.median(s.elapsed_time(e) for s, e in zip(starts[n], ends[n])) for n in fns}
+
+
+def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
+    """Median ms of reps calls of fn (see _timed_ms)."""
+    return _timed_ms({"fn": fn}, reps, flush, head_start, on_gpu_start)["fn"]
 
 
 def timed_interleaved_ms(fns, rounds, on_gpu_start=None):
-    """Median ms per function of fns (a dict) called in turn for the given number of rounds, each
-    call between two CUDA events, all queued behind a GPU sleep long enough for the host to stay
-    ahead (on_gpu_start as in timed_median_ms)."""
-    names = list(fns)
-    starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(rounds)] for n in names}
-    ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(rounds)] for n in names}
-    torch.cuda._sleep(HEAD_START_CYCLES * max(1, rounds * len(names) // 50))
-    for i in range(rounds):
-        for n in names:
-            starts[n][i].record()
-            fns[n]()
-            ends[n][i].record()
-    if on_gpu_start is not None:
-        while not starts[names[0]][0].query():
-            time.sleep(5e-5)
-        on_gpu_start()
-    torch.cuda.synchronize()
-    return {n: statistics.median(s.elapsed_time(e) for s, e in zip(starts[n], ends[n])) for n in names}
+    """Median ms per function of fns (a dict) called in turn for the given number of rounds, all
+    queued behind the GPU sleep (see _timed_ms)."""
+    return _timed_ms(fns, rounds, False, True, on_gpu_start)
+
+
+def _load(fns, sustain_ms, calls_per_sync):
+    """Keep the GPU busy with the functions of fns in turn for sustain_ms (the power limit settles)."""
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < sustain_ms:
+        for _ in range(calls_per_sync):
+            for fn in fns:
+                fn()
+        torch.cuda.synchronize()
 
 
 def measure_interleaved(fns, sustain_ms, sampler, rounds=30):
@@ -115,11 +118,7 @@ def measure_interleaved(fns, sustain_ms, sampler, rounds=30):
         for _ in range(5):
             fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    while (time.perf_counter() - t0) * 1e3 < sustain_ms:
-        for fn in fns.values():
-            fn()
-        torch.cuda.synchronize()
+    _load(fns.values(), sustain_ms, 1)
     return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart))
 
 
@@ -142,11 +141,7 @@ def measure(fn, protocol, sustain_ms, sampler):
         ms, mhz, watts = sampler.window(lambda: timed_median_ms(graph.replay, 20, flush=False))
         return ms / 10, mhz, watts
     if protocol == "sustained":
-        t0 = time.perf_counter()
-        while (time.perf_counter() - t0) * 1e3 < sustain_ms:
-            for _ in range(10):
-                fn()
-            torch.cuda.synchronize()
+        _load([fn], sustain_ms, 10)
         return sampler.window(lambda: timed_median_ms(fn, 50, flush=False, head_start=True,
                                                       on_gpu_start=sampler.restart))
     return sampler.window(lambda: timed_median_ms(fn, 20, flush=True))
@@ -287,17 +282,17 @@ def main():
         for protocol in args.protocols.split(","):
             row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors,
                    "refused": refused, "cuda_config": cuda_config}
-            if protocol == "interleaved":
+            if protocol == "interleaved":  # one window for all backends
                 times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler)
-                for name, ms in times.items():
-                    row[name], row[name + "_mhz"], row[name + "_watts"] = round(flops / ms / 1e9, 1), mhz, watts
-            for name in names if protocol != "interleaved" else ():
-                fn = fns[name]
-                try:
-                    ms, mhz, watts = measure(fn, protocol, args.sustain_ms, sampler)
-                except Exception as e:
-                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
-                    continue
+                timed = {name: (ms, mhz, watts) for name, ms in times.items()}
+            else:
+                timed = {}
+                for name in names:
+                    try:
+                        timed[name] = measure(fns[name], protocol, args.sustain_ms, sampler)
+                    except Exception as e:
+                        row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+            for name, (ms, mhz, watts) in timed.items():
                 row[name] = round(flops / ms / 1e9, 1)
                 row[name + "_mhz"] = mhz
                 row[name + "_watts"] = watts

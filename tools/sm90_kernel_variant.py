@@ -341,7 +341,8 @@ PDL = [
 ]
 
 
-
+# the epilogue's wait for its first staging box and its store of a box
+_FIRST_BOX_WAIT = "      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n"
 _STORE_BOX = """      const auto store = [&](int w, int bx, const uint8_t* box) {  // one thread: the box's TMA store
         if (row0 + w * 64 < p.M && n0 + bx * Cfg::kBoxCols < p.N)
           tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);
@@ -350,7 +351,7 @@ _STORE_BOX = """      const auto store = [&](int w, int bx, const uint8_t* box) 
 # warpbox: each warp stages its own 16 rows of a box and its lane 0 stores them (a 16-row TMA box),
 # waiting only for its own earlier stores: one named barrier of the consumer's warps a tile (the bias)
 WARPBOX = [
-    ("      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n",
+    (_FIRST_BOX_WAIT,
      "      if (lane == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n"),
     (_STORE_BOX, """      const auto store = [&](int w, int bx, const uint8_t* box) {  // lane 0: the warp's 16 rows of the box
         const int row = row0 + w * 64 + warp * 16;
@@ -387,7 +388,7 @@ def _stgpk(src: str) -> str:
     8-column chunks with shuffles so that every lane stores 16 bytes: no staging, no TMA store, one
     barrier a tile (the bias)."""
     v = "stgpk"
-    src = replace_once(src, "      if (t == 0) bulk_wait_read<kWholePart ? 0 : Cfg::kStagingBoxes - 1>();\n", "", v)
+    src = replace_once(src, _FIRST_BOX_WAIT, "", v)
     start = src.index(_STORE_BOX)
     end = src.index("    // this CTA's units are cluster_id")
     body = """      const int q = lane % 4;
