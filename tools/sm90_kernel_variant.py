@@ -68,6 +68,12 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   stgpk      the epilogue without staging: the packed bf16 pairs transposed across each quad with
              shuffles, every lane storing 16 bytes to global memory (no TMA store, no store waits,
              one barrier a tile for the bias)
+  lent       whole-ring 256x128: the tile's last K block's stage (always the ring's last) stages
+             the epilogue, its release held back until the stores have read it (given back under
+             the next tile's second block): the consumer's A rows and half the B tile of that stage
+             with its two staging halves hold its whole part, written in one round (one fence and
+             one barrier a tile, no store waits between boxes; the B half after every consumer is
+             done with it, an mbarrier), where the kernel writes box by box through two halves
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
@@ -428,6 +434,100 @@ def _stgpk(src: str) -> str:
     return src[:start] + body + src[end:]
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
+LENT = [
+    ("    uint64_t empty[kStages];\n  };",
+     "    uint64_t empty[kStages];\n    uint64_t lent_free;  // every consumer is done with the lent stage's B tile\n  };"),
+    ("      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n",
+     "      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n"
+     "    mbar_init(&s.lent_free, kConsumers * 4);  // lane 0 of every consumer warp\n"),
+    ("    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;\n",
+     """    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
+    constexpr bool kLent = kWholeRing && Cfg::kHalfBoxes;
+    constexpr int kHalfBoxBytes = 64 * 32 * 2;
+    constexpr int kLentA = kRowsC * BK / kHalfBoxBytes, kLentB = BN * BK / kConsumers / kHalfBoxBytes;
+    static_assert(!kLent || kLentA + kLentB + Cfg::kStagingBoxes == kWaves * BN / 32, "lent stage");
+    // box i of the part: the consumer's A rows, then its staging, then its half of the B tile
+    const auto lent_box = [&](int i) -> uint8_t* {
+      if (i < kLentA) return s.a[kStages - 1] + c * kRowsC * BK + i * kHalfBoxBytes;
+      if (i < kLentA + Cfg::kStagingBoxes) return s.staging[c][i - kLentA];
+      return s.b[kStages - 1] + c * (BN * BK / kConsumers) + (i - kLentA - Cfg::kStagingBoxes) * kHalfBoxBytes;
+    };
+    uint32_t lent_phase = 0;
+"""),
+    (_FIRST_BOX_WAIT, _FIRST_BOX_WAIT.replace("if (t == 0)", "if (!kLent && t == 0)")),
+    ("""          uint8_t* box = s.staging[c][i % Cfg::kStagingBoxes];
+          if (!kWholePart && i > 0) {""", """          uint8_t* box = kLent ? lent_box(i) : s.staging[c][i % Cfg::kStagingBoxes];
+          if constexpr (kLent) {
+            if (i == kLentA + Cfg::kStagingBoxes) {  // the B tile: every consumer is done with it
+              mbar_wait(&s.lent_free, lent_phase);
+              lent_phase ^= 1;
+            }
+          } else if (!kWholePart && i > 0) {"""),
+    ("          if constexpr (!kWholePart) {\n            fence_proxy_async();",
+     "          if constexpr (!kWholePart && !kLent) {\n            fence_proxy_async();"),
+    ("""      if constexpr (kWholePart) {
+        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+            for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) store(w, bx, s.staging[c][w * (BN / Cfg::kBoxCols) + bx]);
+          bulk_commit();
+        }
+      }
+    };
+""", """      if constexpr (kWholePart || kLent) {
+        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+            for (int bx = 0; bx < BN / Cfg::kBoxCols; ++bx) {
+              const int i = w * (BN / Cfg::kBoxCols) + bx;
+              store(w, bx, kLent ? lent_box(i) : s.staging[c][i]);
+            }
+          bulk_commit();
+        }
+      }
+    };
+    const auto release_lent = [&] {  // the lent stage back, once the TMA has read its boxes
+      if (t == 0) bulk_wait_read<0>();
+      __syncwarp();
+      if constexpr (CLUSTER > 1) {
+        if (lane < CLUSTER) mbar_arrive_cluster(&s.empty[kStages - 1], lane);
+      } else if (lane == 0) {
+        mbar_arrive(&s.empty[kStages - 1]);
+      }
+    };
+"""),
+    ("      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)\n",
+     "      auto block = [&](bool more, bool close_previous, bool lend, bool give_back) {\n"),
+    ("            begin_tile();\n          }\n" + _WAIT_RELEASE + "          promote(w, acc, sc);\n        }\n      };\n",
+     """            begin_tile();
+          }
+          if (w == 0 && give_back) release_lent();
+          wgmma_wait<0>();
+          fence_operands(acc);
+          if (w == kWaves - 1) {
+            if (lend) {
+              if (lane == 0) mbar_arrive(&s.lent_free);
+            } else {
+              release();
+            }
+          }
+          promote(w, acc, sc);
+        }
+      };
+"""),
+    ("            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);\n"
+     "          }\n      if (my_units > 0) epilogue();\n",
+     "            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0,\n"
+     "                  kLent && i == kStages - 1 && r + 1 == revs, kLent && i == 1 && r == 0 && u > 0);\n"
+     "          }\n      if (my_units > 0) {\n        epilogue();\n        if constexpr (kLent) release_lent();\n      }\n"),
+]
+
 REPLACEMENTS = {
     "hint": HINT,
     "cvtint": CVTINT,
@@ -462,6 +562,7 @@ REPLACEMENTS = {
     "stagger2": _stagger(2048),
     "pdl": PDL,
     "warpbox": WARPBOX,
+    "lent": LENT,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
