@@ -91,8 +91,10 @@ import shutil
 import sys
 
 KERNEL = "fp8_gemm_sm90_kernel.cu"
-HEAD = "auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {"
-FMA = re.compile(r"(total\[w\]\[[^\]]+\]) = fmaf\((s[01]), (acc\[[^\]]+\]), \1\);")
+HEAD = "auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc"
+# a promotion line: total = fmaf(s, acc, total), optionally behind "first ? s * acc : " (a tile's
+# first block starting the total afresh), which a rewrite keeps
+FMA = re.compile(r"(total\[w\]\[[^\]]+\]) = ((?:first \? s[01] \* acc\[[^\]]+\] : )?)fmaf\((s[01]), (acc\[[^\]]+\]), \1\);")
 
 
 def replace_once(src: str, old: str, new: str, variant: str) -> str:
@@ -597,7 +599,7 @@ def rewrite(src: str, variant: str) -> str:
         body = ("#pragma unroll\n"
                 "      for (int i = 0; i < BN / 2; ++i) total[w][i] += acc[i];\n")
     elif variant == "muladd":
-        body = FMA.sub(r"\1 = __fadd_rn(\1, __fmul_rn(\2, \3));", body)
+        body = FMA.sub(r"\1 = \2__fadd_rn(\1, __fmul_rn(\3, \4));", body)
     else:
         raise SystemExit(f"unknown variant {variant!r} ({', '.join(PROMOTION_VARIANTS + tuple(REPLACEMENTS))})")
     return src[:body_start] + body + src[end:]
