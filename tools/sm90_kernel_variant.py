@@ -74,6 +74,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              with its two staging halves hold its whole part, written in one round (one fence and
              one barrier a tile, no store waits between boxes; the B half after every consumer is
              done with it, an mbarrier), where the kernel writes box by box through two halves
+  twowaves   whole-ring two-wave tiles (256x128): a tile's first block queues both waves' wgmma under
+             the previous tile's epilogue, not wave 0's alone: the epilogue is split into a head
+             (bias and bf16 packing of the totals, which frees half their registers) and a tail
+             (staging and stores), wave 1 issued into its own accumulator between them, and the
+             block's promotions start the totals afresh (total = s * acc); no spills
   cvtint     the epilogue's fp32 -> bf16 rounding (round to nearest even) done with integer
              operations instead of the conversion instruction (F2FP); timing only: finite values are
              rounded right, a NaN may come out as another value
@@ -530,6 +535,144 @@ LENT = [
      "          }\n      if (my_units > 0) {\n        epilogue();\n        if constexpr (kLent) release_lent();\n      }\n"),
 ]
 
+TWOWAVES = [
+    ("""    // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
+    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {""",
+     """    // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32 (first: a tile's first block,
+    // total[w] = (sa * sb) * acc, where the previous tile's totals are no longer held)
+    auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {"""),
+    ("""        total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+""",
+     """        total[w][4 * j + 0] = first ? s0 * acc[4 * j + 0] : fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
+"""),
+    ("""        total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+""",
+     """        total[w][4 * j + 1] = first ? s0 * acc[4 * j + 1] : fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
+"""),
+    ("""        total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+""",
+     """        total[w][4 * j + 2] = first ? s1 * acc[4 * j + 2] : fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
+"""),
+    ("""        total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
+""",
+     """        total[w][4 * j + 3] = first ? s1 * acc[4 * j + 3] : fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
+"""),
+    ("""    // rows past M and columns past N. Then the next tile begins with a zero total.
+    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
+    auto epilogue = [&] {
+""",
+     """    // rows past M and columns past N. Then the next tile begins with a zero total. In two halves:
+    // the head ends the totals (split-K: their fp32 partials stored; else packed into bf16 pairs),
+    // the tail stages and stores the pairs, so a two-wave consumer can queue its second wave's
+    // wgmma between them (the whole-ring loop).
+    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
+    uint32_t packed[kWaves][BN / 4];
+    auto epilogue_head = [&] {
+"""),
+    ("""                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+        }
+        return;
+      }""",
+     """                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+        }
+        return;
+      }"""),
+    ("""      // below hold half the registers the fp32 totals did.
+      uint32_t packed[kWaves][BN / 4];
+#pragma unroll""",
+     """      // below hold half the registers the fp32 totals did.
+#pragma unroll"""),
+    ("""            packed[w][2 * j + h] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+        }
+""",
+     """            packed[w][2 * j + h] = pack_bf16(total[w][4 * j + 2 * h] + bv.x, total[w][4 * j + 2 * h + 1] + bv.y);
+        }
+    };
+    auto epilogue_tail = [&] {
+      if (p.splits > 1) return;
+"""),
+    ("""          }
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+      }
+      if constexpr (kWholePart) {""",
+     """          }
+        }
+      }
+      if constexpr (kWholePart) {"""),
+    ("""          bulk_commit();
+        }
+      }
+    };
+""",
+     """          bulk_commit();
+        }
+      }
+    };
+    auto epilogue = [&] {
+      epilogue_head();
+      epilogue_tail();
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) total[w][i] = 0.f;
+    };
+"""),
+    ("""      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)
+        sc = sc_next;
+#pragma unroll""",
+     """      float acc_w1[BN / 2];  // wave 1's accumulator in a tile's first block (two-wave tiles)
+      auto block = [&](bool more, bool close_previous) {  // more: a block follows (acquire it ahead)
+        sc = sc_next;
+        if (kWaves == 2 && close_previous) {
+          // The previous tile's epilogue under both waves' wgmma, twice the tensor work the
+          // one-accumulator order queues under it: the head packs the totals into bf16 pairs
+          // (half their registers), which leaves room for wave 1's own accumulator, issued before
+          // the tail stages and stores the pairs. The tile's first promotions then start the
+          // totals afresh.
+          issue(acc, 0);
+          epilogue_head();
+          issue(acc_w1, kWaves - 1);
+          if (more) acquire(sc_next);
+          epilogue_tail();
+          unit += num_clusters;
+          begin_tile();
+          wgmma_wait<1>();
+          fence_operands(acc);
+          promote(0, acc, sc, true);
+          wgmma_wait<0>();
+          fence_operands(acc_w1);
+          release();
+          promote(kWaves - 1, acc_w1, sc, true);
+          return;
+        }
+#pragma unroll"""),
+    ("""                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+        }
+        return;
+      }""",
+     """                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
+            }
+          }
+        }
+        // every head writes the pairs, so the compiler sees them dead between a tail and the next head
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int i = 0; i < BN / 4; ++i) packed[w][i] = 0;
+        return;
+      }"""),
+]
+
 REPLACEMENTS = {
     "hint": HINT,
     "cvtint": CVTINT,
@@ -565,6 +708,7 @@ REPLACEMENTS = {
     "pdl": PDL,
     "warpbox": WARPBOX,
     "lent": LENT,
+    "twowaves": TWOWAVES,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
