@@ -647,6 +647,7 @@ TWOWAVES = [
           wgmma_wait<1>();
           fence_operands(acc);
           promote(0, acc, sc, true);
+          fence_operands(total[0]);  // wave 0's promotion under wave 1's wgmma, not sunk below its wait
           wgmma_wait<0>();
           fence_operands(acc_w1);
           release();
