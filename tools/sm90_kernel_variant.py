@@ -102,6 +102,12 @@ HEAD = "auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc"
 FMA = re.compile(r"(total\[w\]\[[^\]]+\]) = ((?:first \? s[01] \* acc\[[^\]]+\] : )?)fmaf\((s[01]), (acc\[[^\]]+\]), \1\);")
 
 
+def promotion_span(src: str) -> tuple[int, int]:
+    """Where the promote lambda starts and where its body ends (the line closing it)."""
+    start = src.index(HEAD)
+    return start, src.index("\n    };\n", start) + 1
+
+
 def replace_once(src: str, old: str, new: str, variant: str) -> str:
     if src.count(old) != 1:
         raise SystemExit(f"{variant}: the kernel no longer has exactly one of:\n{old}")
@@ -440,7 +446,7 @@ def _stgpk(src: str) -> str:
 """
     return src[:start] + body + src[end:]
 
-# variant -> the (old, new) line replacements it makes, each old text found exactly once
+# lent: the epilogue staged in the tile's last stage, held until the stores have read it
 LENT = [
     ("    uint64_t empty[kStages];\n  };",
      "    uint64_t empty[kStages];\n    uint64_t lent_free;  // every consumer is done with the lent stage's B tile\n  };"),
@@ -535,28 +541,14 @@ LENT = [
      "          }\n      if (my_units > 0) {\n        epilogue();\n        if constexpr (kLent) release_lent();\n      }\n"),
 ]
 
+# twowaves: both waves of a tile's first block under the previous tile's epilogue (the promotion
+# lines themselves get their first-block form in _twowaves)
 TWOWAVES = [
     ("""    // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32
     auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc) {""",
      """    // total[w] += (sa * sb) * acc: the per-128-K promotion into fp32 (first: a tile's first block,
     // total[w] = (sa * sb) * acc, where the previous tile's totals are no longer held)
     auto promote = [&](int w, const float (&acc)[BN / 2], const Scales& sc, bool first = false) {"""),
-    ("""        total[w][4 * j + 0] = fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-""",
-     """        total[w][4 * j + 0] = first ? s0 * acc[4 * j + 0] : fmaf(s0, acc[4 * j + 0], total[w][4 * j + 0]);
-"""),
-    ("""        total[w][4 * j + 1] = fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-""",
-     """        total[w][4 * j + 1] = first ? s0 * acc[4 * j + 1] : fmaf(s0, acc[4 * j + 1], total[w][4 * j + 1]);
-"""),
-    ("""        total[w][4 * j + 2] = fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-""",
-     """        total[w][4 * j + 2] = first ? s1 * acc[4 * j + 2] : fmaf(s1, acc[4 * j + 2], total[w][4 * j + 2]);
-"""),
-    ("""        total[w][4 * j + 3] = fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
-""",
-     """        total[w][4 * j + 3] = first ? s1 * acc[4 * j + 3] : fmaf(s1, acc[4 * j + 3], total[w][4 * j + 3]);
-"""),
     ("""    // rows past M and columns past N. Then the next tile begins with a zero total.
     constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
     auto epilogue = [&] {
@@ -581,6 +573,11 @@ TWOWAVES = [
             }
           }
         }
+        // every head writes the pairs, so the compiler sees them dead between a tail and the next head
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int i = 0; i < BN / 4; ++i) packed[w][i] = 0;
         return;
       }"""),
     ("""      // below hold half the registers the fp32 totals did.
@@ -655,25 +652,22 @@ TWOWAVES = [
           return;
         }
 #pragma unroll"""),
-    ("""                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
-            }
-          }
-        }
-        return;
-      }""",
-     """                  dst[8 * j] = total[w][4 * j + 2 * h], dst[8 * j + 1] = total[w][4 * j + 2 * h + 1];
-            }
-          }
-        }
-        // every head writes the pairs, so the compiler sees them dead between a tail and the next head
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w)
-#pragma unroll
-          for (int i = 0; i < BN / 4; ++i) packed[w][i] = 0;
-        return;
-      }"""),
 ]
 
+
+def _twowaves(src: str) -> str:
+    """twowaves: the promotion lines in their first-block form, then the TWOWAVES replacements."""
+    start, end = promotion_span(src)
+    promotion, n = FMA.subn(r"\1 = first ? \3 * \4 : fmaf(\3, \4, \1);", src[start:end])
+    if n != 4:
+        raise SystemExit(f"twowaves: the promotion no longer has the four fmaf lines it rewrites ({n})")
+    src = src[:start] + promotion + src[end:]
+    for old, new in TWOWAVES:
+        src = replace_once(src, old, new, "twowaves")
+    return src
+
+
+# variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
     "cvtint": CVTINT,
@@ -709,12 +703,11 @@ REPLACEMENTS = {
     "pdl": PDL,
     "warpbox": WARPBOX,
     "lent": LENT,
-    "twowaves": TWOWAVES,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
 
-FUNCTIONS: dict = {"stgpk": _stgpk}  # variant -> a function rewriting the source
+FUNCTIONS: dict = {"stgpk": _stgpk, "twowaves": _twowaves}  # variant -> a function rewriting the source
 
 
 PROMOTION_VARIANTS = ("nopromote", "fadd", "muladd")  # rewrites of the promotion (rewrite below)
@@ -731,9 +724,8 @@ def structural(src: str, variant: str) -> str:
 
 
 def rewrite(src: str, variant: str) -> str:
-    start = src.index(HEAD)
+    start, end = promotion_span(src)
     body_start = src.index("\n", src.index("const float sb1", start)) + 1
-    end = src.index("\n    };\n", start) + 1
     body = src[body_start:end]
     if len(FMA.findall(body)) != 4:
         raise SystemExit(f"the promotion no longer has the four fmaf lines this tool rewrites:\n{body}")
