@@ -36,6 +36,13 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              for its wgmma and releases stage 0 before the previous tile's epilogue, instead of
              running the epilogue under that wgmma and releasing after it (stage 0 refilled sooner;
              the epilogue no longer hidden under the consumer's own wgmma)
+  onebar     epilogues staged box by box in two or more buffers: one barrier a box instead of two;
+             the thread storing waits, before a box's barrier, for the store that last read the
+             next box's buffer, so that barrier also frees it
+  sbuf3      256x128: three half boxes of staging a consumer instead of two (the 8 KB the fourth
+             stage leaves), taken in turn across tiles, so a box waits for the store three back
+  stsm       the epilogue's staging writes as stmatrix.x4 (two 16-byte chunks of both row halves a
+             lane: four 8x8 bf16 matrices an instruction) instead of one 4-byte st.shared a pair
   nostorewait  timing only, may write wrong results: no wait for the TMA to have read a staging
              box before it is rewritten (what the epilogue's store waits cost at most)
   samc       2-CTA clusters: rank 0 loads the stage's A scales and multicasts them (both CTAs' tiles
@@ -231,6 +238,64 @@ EPIWAIT = [(_EPILOGUE_RING,
             "          if (w == 0 && close_previous) {\n"),
            (_TILE_RING, "            begin_tile();\n          }\n          if (!early) {\n"
             + _INDENT.sub("  ", _WAIT_RELEASE) + "          }\n")]
+
+
+_WHOLE_PART = "    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;\n"
+_BOX_FREE_IF = "          if (!kWholePart && i > 0) {\n"
+_BOX_FENCE_BAR = ("            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
+                  "            named_barrier_sync(1 + c, 128);\n")
+ONEBAR = [
+    (_WHOLE_PART, _WHOLE_PART + "    constexpr bool kOneBar = Cfg::kStagingBoxes >= 2;\n"),
+    (_BOX_FREE_IF, "          if (!kWholePart && !kOneBar && i > 0) {\n"),
+    (_BOX_FENCE_BAR, _BOX_FENCE_BAR.replace(
+        "            named_barrier_sync", "            if (kOneBar && t == 0 && i + 1 < kWaves * (BN / Cfg::kBoxCols))\n"
+        "              bulk_wait_read<(Cfg::kStagingBoxes >= 2 ? Cfg::kStagingBoxes - 2 : 0)>();\n"
+        "            named_barrier_sync")),
+]
+SBUF3 = [
+    ("  static constexpr int kStagingBoxes = kHalfBoxes ? 2 : kFullBoxes;\n",
+     "  static constexpr int kStagingBoxes = kHalfBoxes ? 3 : kFullBoxes;\n"),
+    (_WHOLE_PART, _WHOLE_PART + "    int sbuf = 0;  // staging buffer of the tile's first box\n"),
+    ("          uint8_t* box = s.staging[c][i % Cfg::kStagingBoxes];\n",
+     "          uint8_t* box = s.staging[c][(sbuf + i) % Cfg::kStagingBoxes];\n"),
+    ("      if constexpr (kWholePart) {\n        fence_proxy_async();\n",
+     "      sbuf = (sbuf + kWaves * (BN / Cfg::kBoxCols)) % Cfg::kStagingBoxes;\n"
+     "      if constexpr (kWholePart) {\n        fence_proxy_async();\n"),
+]
+
+
+_BOX_WRITE = """          for (int jj = 0; jj < Cfg::kBoxCols / 8; ++jj) {  // the box's 16-byte chunks a row
+            const int j = bx * (Cfg::kBoxCols / 8) + jj;  // 8-column chunk of the wave
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = row_in_wave + 8 * h;
+              const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
+              *reinterpret_cast<uint32_t*>(box + r * (2 * Cfg::kBoxCols) + ((jj ^ sw) * 16) + (lane % 4) * 4) =
+                  packed[w][2 * j + h];
+            }
+          }
+"""
+_STSM_FN = """// Four 8x8 bf16 matrices from the warp's registers (a wgmma accumulator's fragment layout) into
+// shared memory: lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stsm_x4(const void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(p)), "r"(a), "r"(b),
+               "r"(c), "r"(d)
+               : "memory");
+}
+
+"""
+STSM = [
+    ("// TMA store of one box from shared memory;", _STSM_FN + "// TMA store of one box from shared memory;"),
+    (_BOX_WRITE, """          for (int jj = 0; jj < Cfg::kBoxCols / 8; jj += 2) {  // chunks jj, jj + 1, both row halves
+            const int j = bx * (Cfg::kBoxCols / 8) + jj;
+            const int m = lane / 8;  // this lane addresses row lane % 8 of matrix m: chunk jj + m / 2, half m % 2
+            const int r = warp * 16 + 8 * (m % 2) + lane % 8;
+            const int sw = Cfg::kBoxCols == 64 ? r % 8 : (r >> 1) % 4;
+            stsm_x4(box + r * (2 * Cfg::kBoxCols) + (((jj + m / 2) ^ sw) * 16), packed[w][2 * j], packed[w][2 * j + 1],
+                    packed[w][2 * j + 2], packed[w][2 * j + 3]);
+          }
+"""),
+]
 
 
 _BOX_WAIT = "            if (t == 0) bulk_wait_read<Cfg::kStagingBoxes - 1>();\n"
@@ -703,6 +768,9 @@ REPLACEMENTS = {
     "pdl": PDL,
     "warpbox": WARPBOX,
     "lent": LENT,
+    "onebar": ONEBAR,
+    "stsm": STSM,
+    "sbuf3": SBUF3,
     "boxes": [(STAGES, "  static constexpr int kStages = fit(kBoxesPerTile) >= 3 ? fit(kBoxesPerTile) : fit(1);\n")],
 }
 
