@@ -20,7 +20,8 @@ KERNEL = "fp8_gemm_sm90_kernel.cu"
                                      "samc", "samc+ngroup8", "splitepi", "stagger", "stagger2",
                                      "stagger+splitepi", "epiafter", "epiafter+boxes",
                                      "epiafter+boxes+rank0a+samc+ngroup8+hint+relfirst", "noepi", "nostore",
-                                     "nobar", "nobar+nostorewait", "cvtint", "pdl", "warpbox", "stgpk", "lent", "twowaves"])
+                                     "nobar", "nobar+nostorewait", "cvtint", "pdl", "warpbox", "stgpk", "lent", "twowaves",
+                                     "onebar", "sbuf3", "stsm", "onebar+sbuf3+stsm"])
 def test_variant_applies_to_the_current_kernel(variant, tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), variant, str(SRC), str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
