@@ -518,9 +518,8 @@ LENT = [
     ("      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n",
      "      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n"
      "    mbar_init(&s.lent_free, kConsumers * 4);  // lane 0 of every consumer warp\n"),
-    ("    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;\n",
-     """    constexpr bool kWholePart = Cfg::kStagingBoxes == Cfg::kBoxesPerTile;
-    constexpr bool kLent = kWholeRing && Cfg::kHalfBoxes;
+    (_WHOLE_PART,
+     _WHOLE_PART + """    constexpr bool kLent = kWholeRing && Cfg::kHalfBoxes;
     constexpr int kHalfBoxBytes = 64 * 32 * 2;
     constexpr int kLentA = kRowsC * BK / kHalfBoxBytes, kLentB = BN * BK / kConsumers / kHalfBoxBytes;
     static_assert(!kLent || kLentA + kLentB + Cfg::kStagingBoxes == kWaves * BN / 32, "lent stage");
@@ -752,9 +751,7 @@ REPLACEMENTS = {
     "epiafter": EPIAFTER,
     "nostore": [("          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);\n",
                  "          if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);  // timing only\n")],
-    "nobar": [(_BOX_FREE, ""),
-              ("            fence_proxy_async();  // make the generic-proxy writes visible to the TMA (async proxy)\n"
-               "            named_barrier_sync(1 + c, 128);\n", "")],
+    "nobar": [(_BOX_FREE, ""), (_BOX_FENCE_BAR, "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
 #pragma unroll
         for (int w = 0; w < kWaves; ++w)
