@@ -207,15 +207,27 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
 _SPLIT_BLOCK_US = 0.45
 _SPLIT_FIXED_US = 3.8
 _SPLIT_BYTES_PER_US = 2.1e6
+# Pair-K (two slices of a one-CTA tile in a 2-CTA cluster, rank 1's fp32 partial handed to rank 0
+# through distributed shared memory: no workspace, no second kernel) costs what the halved K loop
+# does not halve: the pipeline's fill, the exchange and the epilogue, growing with the tile. Fitted
+# to CUDA-graph times on an H100 against the same tile unsplit, with the model's own block cost
+# (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger, 128-256 rows, K >= 4096): 128x64 3.5-4.0
+# us at four shapes, 128x128 4.8-6.3 at six; 2.0 us plus 1.8 a 128x64 area.
+_PAIR_FIXED_US = 2.0
+_PAIR_US_PER_AREA = 1.8
+# the one-CTA tiles whose ring holds the peer's partial (the kernel's Config::kPairFits)
+SM90_PAIR_K = ((256, 128, 1), (192, 128, 1), (128, 128, 1), (128, 64, 1))
 
 
-def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
+def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int, pair_ctas: Optional[int] = None) -> int:
     """How many K slices each output tile is cut into (small M, where the tiles alone leave SMs
     idle): the power of two with the least estimated time, every slice in one wave and >= 4 of the
-    K blocks. Each CTA then streams fewer K blocks into an fp32 partial, and a second kernel sums
-    the slices in order, adds the bias and rounds to bf16; that pass and the partials' traffic are
-    what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one slice is
-    faster than two."""
+    K blocks. Each CTA then streams fewer K blocks into an fp32 partial. Two slices whose units
+    all fit at once (pair_ctas: CTAs resident as 2-CTA clusters, the extension's pair_k_ctas; None:
+    every pair of SMs) meet in a cluster (pair-K); otherwise a second kernel sums the slices in
+    order from a workspace, adds the bias and rounds to bf16, and that pass and the partials'
+    traffic are what the split costs, so at 256x4096x4096 (64 tiles of 128x128 on 132 SMs) one
+    slice in the workspace would be faster than two."""
     if len(forced := _forced()) > 3:
         if (k // 128) % forced[3]:
             raise ValueError(f"LTX_KERNELS_SM90_TILE: {forced[3]} K slices do not divide this GEMM's K / 128 = "
@@ -224,10 +236,17 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int) -> int:
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128
+    if pair_ctas is None:
+        pair_ctas = num_sms // 2 * 2 if cfg in SM90_PAIR_K else 0
 
     def cost(s):
         block_us = _SPLIT_BLOCK_US * bm * bn / (128 * 128) * SM90_TILES[(128, 128, 1)] / sm90_tile_rate(cfg, kb // s)
-        extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US if s > 1 else 0.0
+        if s == 1:
+            extra = 0.0
+        elif s == 2 and cfg in SM90_PAIR_K and units * 2 <= pair_ctas:
+            extra = _PAIR_FIXED_US + _PAIR_US_PER_AREA * bm * bn / (128 * 64)
+        else:
+            extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US
         return kb / s * block_us + extra
 
     best, s = 1, 2
@@ -263,13 +282,24 @@ def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
     return torch.empty(nb, ref.align4(kb), dtype=torch.float32, device=sb.device)[:, :kb].copy_(sb)
 
 
+@functools.lru_cache(maxsize=None)
+def _pair_k_ctas(index: int, cfg: tuple) -> int:
+    """CTAs of device `index` resident at once as pair-K clusters of cfg (the extension's count)."""
+    if cfg not in SM90_PAIR_K:
+        return 0
+    with torch.cuda.device(index):
+        return _ext.load("_C_gemm_sm90")[0].pair_k_ctas(*cfg)
+
+
 def sm90_launch_args(a, sa, b, sb) -> tuple:
     """What the cuda backend passes the extension besides the tensors: the scales in the layouts
     its TMA reads (copies where needed), the tile config and the K slices for this device."""
     m, k = a.shape
-    sms = _num_sms(a.device.index or 0)
+    index = a.device.index or 0
+    sms = _num_sms(index)
     cfg = sm90_tile_config(m, b.shape[0], sms, k)
-    return _tma_scales(sa), _tma_weight_scales(sb), cfg, sm90_split_k(m, b.shape[0], k, cfg, sms)
+    splits = sm90_split_k(m, b.shape[0], k, cfg, sms, _pair_k_ctas(index, cfg))
+    return _tma_scales(sa), _tma_weight_scales(sb), cfg, splits
 
 
 @gemm_op.register("cuda", reasons=_cuda_reasons)

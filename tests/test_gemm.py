@@ -223,15 +223,28 @@ def test_sm90_split_k_choice(m, n, k):
         assert s == 1
 
 
-@pytest.mark.parametrize("m,n,k,splits", [(256, 4096, 4096, 1), (512, 4096, 4096, 1), (256, 2176, 7168, 2),
+@pytest.mark.parametrize("m,n,k,splits", [(256, 4096, 4096, 2), (512, 4096, 4096, 1), (256, 2176, 7168, 2),
                                           (64, 4096, 4096, 4)])
-def test_sm90_split_k_follows_the_h200_probes(m, n, k, splits):
-    """The counts the H200 measured fastest for the 128x128 tile (CUDA-graph replays): at
-    256x4096x4096 the split's reduction costs more than the halved K loop saves; at 256x2176x7168
-    (34 tiles, 56 K blocks) two slices win (bench/results/2026-12-04-h200-sm90-unroll-ahead); at
-    64x4096x4096 (32 tiles) four slices ran 128 TFLOP/s against 98 unsplit
-    (bench/results/2026-12-03-h200-sm90-splitk, the kernel before the turns were removed)."""
+def test_sm90_split_k_follows_the_probes(m, n, k, splits):
+    """The counts measured fastest for the 128x128 tile (CUDA-graph replays): at 256x4096x4096 the
+    workspace's reduction cost more than the halved K loop saved on the H200, and pair-K (no
+    workspace) ran 1.03-1.10x unsplit on an H100 (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger);
+    at 256x2176x7168 (34 tiles, 56 K blocks) two slices win (bench/results/2026-12-04-h200-sm90-unroll-ahead,
+    the workspace; pair-K 1.35-1.39x unsplit on the H100); at 64x4096x4096 (32 tiles) four slices ran
+    128 TFLOP/s against 98 unsplit (bench/results/2026-12-03-h200-sm90-splitk, the kernel before the
+    turns were removed)."""
     assert gemm.sm90_split_k(m, n, k, (128, 128, 1), 132) == splits
+
+
+@pytest.mark.parametrize("m,n,k,cfg,splits", [(128, 4096, 4096, (128, 64, 1), 2), (256, 2048, 8192, (128, 64, 1), 2),
+                                              (128, 2176, 7168, (128, 64, 1), 2), (256, 4096, 4096, (128, 64, 1), 1)])
+def test_sm90_split_k_takes_pair_k_where_it_measured_faster(m, n, k, cfg, splits):
+    """Two slices in 2-CTA clusters against the host's tile unsplit, CUDA graphs on an H100
+    (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger): 128x4096x4096 1.29x, 256x2048x8192
+    1.54x, 128x2176x7168 1.45-1.51x; 256x4096x4096, whose 128 tiles of 128x64 fill a wave, has no room
+    for the pairs."""
+    assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
+    assert gemm.sm90_split_k(m, n, k, cfg, 132, pair_ctas=0) == (1 if (m, n) == (128, 4096) else splits)
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [(32768, 4096, 4096, (256, 128, 1)), (8192, 16384, 4096, (256, 128, 1)),
@@ -277,9 +290,11 @@ def test_sm90_cluster_factor_needs_the_whole_ring():
                                        (256, 2176, 7168, (128, 64, 1)), (512, 2048, 8192, (128, 64, 1))])
 def test_sm90_tile_config_at_small_m_picks_the_h200_fastest(m, n, k, cfg):
     """Small M, burst (bench/results/2026-12-04-h200-sm90-2cta-and-128x64): 128x64 where 128x128
-    leaves half the SMs idle, 128x128 where its tiles fill about a wave; unsplit at all six."""
+    leaves half the SMs idle, 128x128 where its tiles fill about a wave; unsplit but at
+    128x4096x4096, whose 64 tiles of 128x64 leave room for pair-K (two slices, 1.29x in CUDA graphs
+    on an H100: test_sm90_split_k_takes_pair_k_where_it_measured_faster)."""
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
-    assert gemm.sm90_split_k(m, n, k, cfg, 132) == 1
+    assert gemm.sm90_split_k(m, n, k, cfg, 132) == (2 if (m, n, k) == (128, 4096, 4096) else 1)
 
 
 def test_sm90_tile_rate_whole_ring_only_where_k_divides():

@@ -126,10 +126,16 @@ def test_tile_configs(cfg, m, n, k):
                                  (128, 64, 1)],
                          ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("splits", [2, 4])
-@pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True)])
+@pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True),
+                                             (200, 640, 768, True), (129, 512, 4096, False),
+                                             (1000, 2176, 1024, True)])
 def test_split_k(cfg, splits, m, n, k, with_bias):
-    """K cut into slices (fp32 partials, then the reduction kernel adds the bias and rounds), into a
-    column slice of a wider output: only its columns are written, all of them."""
+    """K cut into slices, into a column slice of a wider output: only its columns are written, all of
+    them. Two slices of one-CTA tiles whose units all fit at once meet in 2-CTA clusters (pair-K; at
+    200 x 640 with every such tile, never at 1000 x 2176: test_split_k_takes_both_paths);
+    otherwise, and with four slices, fp32 partials go through the workspace and the reduction
+    kernel adds the bias and rounds. K = 768 and 4096: slices of fewer K blocks than the ring
+    holds, and of several turns of it; 768 also runs 256x128 and 192x128 in their any-K loop."""
     mod = _ext.load("_C_gemm_sm90")[0]
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     sb = sb * torch.rand_like(sb).add(0.5)
@@ -141,6 +147,22 @@ def test_split_k(cfg, splits, m, n, k, with_bias):
     assert torch.isfinite(out.float()).all(), "output not fully written"
     assert rel_err(out, gemm_reference(qa, sa, qb, sb, bias)) <= 3e-3
     assert (big[:, :128] == 7).all() and (big[:, 128 + n:] == 7).all()
+
+
+@pytest.mark.parametrize("cfg", [(128, 128, 1), (256, 128, 1), (192, 128, 1), (128, 64, 1)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_split_k_takes_both_paths(cfg):
+    """test_split_k's two slices run pair-K at 200 x 640 (every unit resident at once) and the
+    workspace at 1000 x 2176; tiles whose ring cannot hold the peer's partial, and 2-CTA tiles,
+    have no pair-K."""
+    mod = _ext.load("_C_gemm_sm90")[0]
+    ctas = mod.pair_k_ctas(*cfg)
+    assert ctas >= 2 and ctas % 2 == 0
+
+    def units(m, n):
+        return -(-m // cfg[0]) * -(-n // cfg[1]) * 2
+    assert units(200, 640) <= ctas < units(1000, 2176)
+    assert mod.pair_k_ctas(128, 192, 1) == 0 and mod.pair_k_ctas(256, 128, 2) == 0
 
 
 def test_whole_ring_depth_matches_the_host_model():

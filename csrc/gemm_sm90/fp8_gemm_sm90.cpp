@@ -42,14 +42,15 @@ void fp8_gemm_nt(const torch::Tensor& a, const torch::Tensor& sa, const torch::T
   p.K = static_cast<int>(K);
   p.splits = static_cast<int>(splits);
   c10::cuda::CUDAGuard guard(a.device());
-  // split-K's fp32 partials (from the caching allocator: stream-ordered, fine under graph capture)
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const ltx_gemm_sm90::TileConfig cfg{static_cast<int>(block_m), static_cast<int>(block_n), static_cast<int>(cluster)};
+  // split-K's fp32 partials (from the caching allocator: stream-ordered, fine under graph capture);
+  // none where the two slices of a tile meet in a 2-CTA cluster (pair-K)
   torch::Tensor ws;
-  if (splits > 1) {
+  if (ltx_gemm_sm90::uses_workspace(p, cfg, sms)) {
     ws = torch::empty({splits, M, N}, a.options().dtype(at::kFloat));
     p.ws = ws.data_ptr<float>();
   }
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const ltx_gemm_sm90::TileConfig cfg{static_cast<int>(block_m), static_cast<int>(block_n), static_cast<int>(cluster)};
   const char* err = ltx_gemm_sm90::launch(p, a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(0), cfg, sms,
                                           at::cuda::getCurrentCUDAStream());
   if (err != nullptr) {
@@ -71,6 +72,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("cluster"), py::arg("splits") = 1);
   m.def("smem_bytes", [](int bm, int bn, int c) { return ltx_gemm_sm90::smem_bytes({bm, bn, c}); },
         "shared memory per CTA of a tile config", py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
+  m.def("pair_k_ctas",
+        [](int bm, int bn, int c) {
+          return ltx_gemm_sm90::pair_k_ctas({bm, bn, c}, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+        },
+        "CTAs of the current device that run at once as pair-K clusters of a tile config (0: no pair-K); the "
+        "launcher takes pair-K for two K slices when every work unit (tiles x 2) fits",
+        py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
   m.def("stages", [](int bm, int bn, int c) { return ltx_gemm_sm90::stages({bm, bn, c}); },
         "pipeline stages of a tile config", py::arg("block_m"), py::arg("block_n"), py::arg("cluster"));
 }

@@ -22,6 +22,10 @@ struct Params {
   // sums the slices in order, adds the bias and rounds once to bf16 into d.
   int splits;
   float* ws;
+  // Pair-K (set by the launcher, never by the caller): two slices, the two CTAs of a 2-CTA
+  // cluster on one tile; rank 1 hands its fp32 partial to rank 0 through distributed shared
+  // memory, and rank 0 adds it and runs the usual epilogue. ws is then not touched.
+  int pair_k;
 };
 
 // Output tile and cluster of one kernel instantiation: (block_m, block_n, cluster) is one of
@@ -37,6 +41,12 @@ struct TileConfig {
 const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, const TileConfig& cfg,
                    int num_sms, cudaStream_t stream);
 int smem_bytes(const TileConfig& cfg);
+// CTAs that run at once as pair-K clusters of cfg (one-CTA tiles whose ring holds the peer's
+// partial), 0 where cfg has no pair-K; the launcher takes pair-K for two slices when every work
+// unit fits at once.
+int pair_k_ctas(const TileConfig& cfg, int num_sms);
+// Whether launch() needs p.ws for p's split (false where it takes pair-K or does not split).
+bool uses_workspace(const Params& p, const TileConfig& cfg, int num_sms);
 int stages(const TileConfig& cfg);
 
 }  // namespace ltx_gemm_sm90

@@ -71,6 +71,9 @@ struct Config {
   static constexpr bool kHalfBoxes = kFullBoxes == 1 && kBoxesPerTile >= 4;
   static constexpr int kBoxCols = kHalfBoxes ? 32 : 64;  // a staging box's columns
   static constexpr int kStagingBoxes = kHalfBoxes ? 2 : kFullBoxes;
+  // Pair-K: a consumer's fp32 part of the tile (kRowsPerConsumer x BN) fits in its A rows of all
+  // stages (kRowsPerConsumer x BK bytes each), where the peer CTA writes it; not at 128x192.
+  static constexpr bool kPairFits = BN * 4 <= kStages * BK;
   struct alignas(1024) Smem {
     uint8_t a[kStages][BM * BK];
     uint8_t b[kStages][BN * BK];
@@ -82,6 +85,8 @@ struct Config {
     float bias[kConsumers][BN];  // each consumer's copy of the tile's bias, for its epilogue
     uint64_t full[kStages];
     uint64_t empty[kStages];
+    uint64_t pair_full[kConsumers];  // pair-K, rank 0: the peer's partial has arrived
+    uint64_t pair_free[kConsumers];  // pair-K, rank 1: the receiver's A rows are free
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + slack to align the base
   static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "tile does not fit in shared memory");
@@ -116,6 +121,32 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta)
       : "memory");
 }
 
+// Arrive on the barrier at the same offset in CTA `cta`, releasing this thread's earlier memory
+// operations (its distributed shared-memory stores among them) at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster_release(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+// Wait for a phase completed by arrivals from the peer CTA, acquiring what they released.
+__device__ __forceinline__ void mbar_wait_cluster_acquire(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "LTX_WAITC_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra LTX_WAITC_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -143,6 +174,23 @@ __device__ __forceinline__ void sts_ordered(float* ptr, float v) {
 __device__ __forceinline__ float lds_ordered(const float* ptr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));
+  return v;
+}
+
+// The shared-memory address `addr` of this CTA as the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
+  return r;
+}
+
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float lds_addr(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
   return v;
 }
 
@@ -312,6 +360,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       mbar_init(&s.full[i], 1);  // the producer's expect-tx arrive (the TMA's bytes complete it)
       mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
+    for (int i = 0; i < kConsumers; ++i) {  // pair-K: every thread of the peer's consumer i
+      mbar_init(&s.pair_full[i], 128);
+      mbar_init(&s.pair_free[i], 128);
+    }
     prefetch_map(&tma_a);
     prefetch_map(&tma_b);
     prefetch_map(&tma_d);
@@ -322,9 +374,10 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
   }
   // Split-K: the reduction kernel is launched as a programmatic dependent (PDL), so it may be
   // scheduled now, onto SMs this grid leaves idle; it waits for this grid's completion itself.
-  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (p.splits > 1 && !p.pair_k) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // the peer must not multicast into, or arrive on, barriers that are not initialised yet
   if constexpr (CLUSTER > 1) cluster_sync_relaxed();
+  else if (p.pair_k) cluster_sync_relaxed();
   else __syncthreads();
 
   if (wg == 0) {  // producer
@@ -461,9 +514,11 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i) {
         const int col = n0 + t + 128 * i;
-        bias_r[i] = p.bias && p.splits == 1 && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
+        // split-K: the reduction adds the bias; pair-K: rank 0, which stores the tile
+        const bool stores = p.splits == 1 || (p.pair_k && unit % 2 == 0);
+        bias_r[i] = p.bias && stores && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
       }
-      if (p.splits > 1) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;
+      if (p.splits > 1 && !p.pair_k) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;
     };
 
     float total[kWaves][BN / 2];
@@ -498,7 +553,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       // fp32 partial straight from the registers, one 4-byte store a value: a 64-bit store of two
       // would tie each pair of totals to an aligned register pair, and the allocator then leaves
       // many promotion FFMAs reading three registers of one bank (tools/sass_ffma_banks.py).
-      if (p.splits > 1) {
+      if (p.splits > 1 && !p.pair_k) {
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
@@ -588,6 +643,42 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       }
     };
 
+    // Pair-K, before the epilogue of the CTA's one work unit (the launcher gives each CTA one):
+    // rank 1 (odd unit, the tile's second K slice) writes its fp32 totals into rank 0's A rows of
+    // every stage for this consumer, which nothing reads once rank 0's K loop is done (all its
+    // wgmma waited for, the producer has no more loads), and skips the epilogue; rank 0 adds them
+    // and goes on to its epilogue. Value v of thread t sits at word t of a 512-byte row: 4-byte
+    // accesses, conflict-free (a 16-byte access would tie four totals to an aligned register quad,
+    // and the promotion FFMAs would read same-bank registers, tools/sass_ffma_banks.py). Returns
+    // whether this CTA stores the tile.
+    auto pair_exchange = [&]() -> bool {
+      if constexpr (!Cfg::kPairFits) {
+        return true;
+      } else {
+        if (!p.pair_k) return true;
+        constexpr int kPerStage = kRowsC * BK / 4 / 128;  // values a thread keeps in one stage's rows
+        const uint32_t base = smem_addr(s.a[0] + c * kRowsC * BK) + 4 * t;
+        const auto offset = [](int v) { return (v / kPerStage) * (BM * BK) + (v % kPerStage) * 512; };
+        if (unit % 2 == 0) {
+          mbar_arrive_cluster_release(&s.pair_free[c], 1);
+          mbar_wait_cluster_acquire(&s.pair_full[c], 0);
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) total[w][i] += lds_addr(base + offset(w * (BN / 2) + i));
+          return true;
+        }
+        mbar_wait_cluster_acquire(&s.pair_free[c], 0);
+        const uint32_t remote = map_to_cta(base, 0);
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) st_cluster_f32(remote + offset(w * (BN / 2) + i), total[w][i]);
+        mbar_arrive_cluster_release(&s.pair_full[c], 0);
+        return false;
+      }
+    };
+
     // this CTA's units are cluster_id, cluster_id + num_clusters, ...
     const int my_units = cluster_id < num_units ? (num_units - 1 - cluster_id) / num_clusters + 1 : 0;
     if (my_units > 0) begin_tile();
@@ -633,7 +724,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
             stage = release_stage = i;
             block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
           }
-      if (my_units > 0) epilogue();
+      if (my_units > 0 && pair_exchange()) epilogue();
     } else if constexpr (BM == 128 && BN <= 128) {
       // 128x128 (one wave a consumer) with two accumulators: block g + 1 is issued before block g
       // is waited for (wgmma.wait_group 1) and promoted, so the tensor cores have this consumer's
@@ -656,7 +747,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
         promote(0, cur, sc_cur);
         if (++kb == kblocks) {
           kb = 0;
-          epilogue();
+          if (more || pair_exchange()) epilogue();  // `more` is a constant at each call
           if (more) {
             unit += num_clusters;
             begin_tile();
@@ -723,7 +814,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       } else {
         for (int g = 0; g < stream; ++g) step(g);
       }
-      if (epilogue_due) epilogue();
+      if (epilogue_due && pair_exchange()) epilogue();
     }
     // Shared memory must outlive the TMA stores that read it; their global writes complete with
     // the grid, so waiting for those as well would only hold the CTA.
@@ -794,6 +885,7 @@ const char* make_map(CUtensorMap* map, CUtensorMapDataType dtype, const void* pt
 struct DeviceState {
   bool ready = false;
   int max_ctas = 0;
+  int pair_ctas = 0;  // CTAs resident at once as pair-K clusters (one-CTA tiles), 0: none
 };
 
 // A launch of `grid` blocks with the one launch attribute `attr` (which must outlive the config).
@@ -819,7 +911,7 @@ cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, 
 }
 
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
-const char* prepare(int dev, int num_sms, int& max_ctas) {
+const char* prepare(int dev, int num_sms, int& max_ctas, int& pair_ctas) {
   static DeviceState state[64];
   DeviceState& st = state[dev & 63];
   auto kernel = fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>;
@@ -836,11 +928,28 @@ const char* prepare(int dev, int num_sms, int& max_ctas) {
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1)
         return "cudaOccupancyMaxActiveClusters found no room for a cluster";
       st.max_ctas = clusters * CLUSTER;
+    } else if constexpr (Config<BM, BN, CLUSTER>::kPairFits) {
+      // not every SM pairs with another in its GPC: ask how many 2-CTA clusters fit
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = cluster_launch(num_sms / 2 * 2, 2, Config<BM, BN, CLUSTER>::kThreads, smem,
+                                                    nullptr, attr);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();  // no pair-K on this device: the workspace split serves
+        clusters = 0;
+      }
+      st.pair_ctas = 2 * clusters;
     }
     st.ready = true;
   }
   max_ctas = st.max_ctas;
+  pair_ctas = st.pair_ctas;
   return nullptr;
+}
+
+// Pair-K for two slices of one-CTA tiles whose work units all run at once (one unit a CTA).
+bool takes_pair_k(int splits, int cluster, int units, int pair_ctas) {
+  return splits == 2 && cluster == 1 && units <= pair_ctas;
 }
 
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
@@ -848,8 +957,8 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
                        cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
-  int max_ctas = 0;
-  if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas)) return e;
+  int max_ctas = 0, pair_ctas = 0;
+  if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas, pair_ctas)) return e;
   CUtensorMap ma, mb, md, msa, msb;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
@@ -870,18 +979,30 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
                                BN > 128 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return e;
   const int num_n = (p.N + BN - 1) / BN;
-  if (p.splits < 1 || (p.K / BK) % p.splits != 0 || (p.splits > 1 && p.ws == nullptr))
-    return "splits must divide K / 128 (and split-K needs a workspace)";
+  if (p.splits < 1 || (p.K / BK) % p.splits != 0) return "splits must divide K / 128";
   const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
-  const int grid = (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
+  if (p.splits > 1 && p.ws == nullptr && !takes_pair_k(p.splits, CLUSTER, units, pair_ctas))
+    return "split-K needs a workspace here (fp8_gemm_sm90::uses_workspace)";
+  // Two slices whose units all run at once: pair-K, one unit a CTA (units is even), no workspace
+  // and no reduction. Otherwise the slices' partials go through the workspace.
+  Params pp = p;
+  pp.pair_k = takes_pair_k(p.splits, CLUSTER, units, pair_ctas);
+  const int grid = pp.pair_k ? units : (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
+  if (pp.pair_k) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch(grid, 2, threads, smem, stream, attr);
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, pp) != cudaSuccess)
+      return "cudaLaunchKernelEx (pair-K cluster launch) failed";
+    return nullptr;
+  }
   if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, p);
+    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, pp);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, pp) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
   if (p.splits > 1) {
@@ -928,6 +1049,28 @@ const char* launch(const Params& p, const void* a, int64_t lda, const void* b, i
     case 2561282: return launch_any_k<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
     default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,64,1), (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
   }
+}
+
+int pair_k_ctas(const TileConfig& cfg, int num_sms) {
+  int dev = 0, max_ctas = 0, pair_ctas = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  const char* e = nullptr;
+  switch (cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster) {
+    case 1280641: e = prepare<128, 64, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
+    case 1281281: e = prepare<128, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
+    case 1921281: e = prepare<192, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
+    case 2561281: e = prepare<256, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
+    default: return 0;
+  }
+  return e ? 0 : pair_ctas;
+}
+
+bool uses_workspace(const Params& p, const TileConfig& cfg, int num_sms) {
+  if (p.splits <= 1) return false;
+  const int units = ((p.M + cfg.block_m - 1) / cfg.block_m) *
+                    (((p.N + cfg.block_n - 1) / cfg.block_n + cfg.cluster - 1) / cfg.cluster) * p.splits;
+  return !(takes_pair_k(p.splits, cfg.cluster, units, units > 0 && p.splits == 2 && cfg.cluster == 1
+                                                              ? pair_k_ctas(cfg, num_sms) : 0));
 }
 
 namespace {
