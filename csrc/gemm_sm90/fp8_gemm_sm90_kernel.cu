@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
     // and the promotion FFMAs would read same-bank registers, tools/sass_ffma_banks.py). Returns
     // whether this CTA stores the tile.
     auto pair_exchange = [&]() -> bool {
-      if constexpr (!Cfg::kPairFits) {
+      if constexpr (!Cfg::kPairFits || CLUSTER > 1) {
         return true;
       } else {
         if (!p.pair_k) return true;
@@ -959,6 +959,10 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
   int max_ctas = 0, pair_ctas = 0;
   if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas, pair_ctas)) return e;
+  if constexpr (kWholeRing) {  // the count uses_workspace() saw: the any-K instantiation's (the same)
+    int unused = 0;
+    if (const char* e = prepare<BM, BN, CLUSTER, false>(dev, num_sms, unused, pair_ctas)) return e;
+  }
   CUtensorMap ma, mb, md, msa, msb;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
