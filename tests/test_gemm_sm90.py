@@ -127,15 +127,16 @@ def test_tile_configs(cfg, m, n, k):
                          ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("splits", [2, 4])
 @pytest.mark.parametrize("m,n,k,with_bias", [(1, 384, 1024, True), (100, 640, 2048, False), (257, 2176, 1024, True),
-                                             (200, 640, 768, True), (129, 512, 4096, False),
+                                             (200, 640, 1536, True), (129, 512, 4096, False),
                                              (1000, 2176, 1024, True)])
 def test_split_k(cfg, splits, m, n, k, with_bias):
     """K cut into slices, into a column slice of a wider output: only its columns are written, all of
     them. Two slices of one-CTA tiles whose units all fit at once meet in 2-CTA clusters (pair-K; at
     200 x 640 with every such tile, never at 1000 x 2176: test_split_k_takes_both_paths);
     otherwise, and with four slices, fp32 partials go through the workspace and the reduction
-    kernel adds the bias and rounds. K = 768 and 4096: slices of fewer K blocks than the ring
-    holds, and of several turns of it; 768 also runs 256x128 and 192x128 in their any-K loop."""
+    kernel adds the bias and rounds. K = 1024 and 4096: slices of fewer K blocks than the
+    128-row tiles' ring holds, and of several turns of it; K = 1536 (6 K blocks a slice) runs
+    256x128 and 192x128 in their any-K loop."""
     mod = _ext.load("_C_gemm_sm90")[0]
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda", zero_blocks=True)
     sb = sb * torch.rand_like(sb).add(0.5)

@@ -85,8 +85,8 @@ struct Config {
     float bias[kConsumers][BN];  // each consumer's copy of the tile's bias, for its epilogue
     uint64_t full[kStages];
     uint64_t empty[kStages];
-    uint64_t pair_full[kConsumers];  // pair-K, rank 0: the peer's partial has arrived
-    uint64_t pair_free[kConsumers];  // pair-K, rank 1: the receiver's A rows are free
+    uint64_t pair_full[kConsumers];  // pair-K, rank 0: the peer's partial has landed (its bytes)
+    uint64_t pair_free[kConsumers];  // pair-K, rank 1: phase 0 the receiver's rows are free, 1 the copy is done
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(Smem)) + 1024;  // + slack to align the base
   static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "tile does not fit in shared memory");
@@ -184,8 +184,17 @@ __device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta) {
   return r;
 }
 
-__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+// `bytes` (a multiple of 16) from this CTA's shared memory to the same offset in CTA `cta`, the
+// bytes counted on that CTA's barrier at `bar`'s offset (bulk copy: the TMA unit, async proxy).
+__device__ __forceinline__ void bulk_copy_to_cta(const void* src, uint32_t bytes, uint64_t* bar, uint32_t cta) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   map_to_cta(smem_addr(src), cta)),
+               "r"(smem_addr(src)), "r"(bytes), "r"(map_to_cta(smem_addr(bar), cta))
+               : "memory");
+}
+
+__device__ __forceinline__ void sts_addr(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
 }
 
 __device__ __forceinline__ float lds_addr(uint32_t addr) {
@@ -361,7 +370,7 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs
     }
     for (int i = 0; i < kConsumers; ++i) {  // pair-K: every thread of the peer's consumer i
-      mbar_init(&s.pair_full[i], 128);
+      mbar_init(&s.pair_full[i], 1);  // the receiver's expect-tx arrive (the copy's bytes complete it)
       mbar_init(&s.pair_free[i], 128);
     }
     prefetch_map(&tma_a);
@@ -643,38 +652,50 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       }
     };
 
-    // Pair-K, before the epilogue of the CTA's one work unit (the launcher gives each CTA one):
-    // rank 1 (odd unit, the tile's second K slice) writes its fp32 totals into rank 0's A rows of
-    // every stage for this consumer, which nothing reads once rank 0's K loop is done (all its
-    // wgmma waited for, the producer has no more loads), and skips the epilogue; rank 0 adds them
-    // and goes on to its epilogue. Value v of thread t sits at word t of a 512-byte row: 4-byte
-    // accesses, conflict-free (a 16-byte access would tie four totals to an aligned register quad,
-    // and the promotion FFMAs would read same-bank registers, tools/sass_ffma_banks.py). Returns
-    // whether this CTA stores the tile.
+    // Pair-K, before the epilogue of the CTA's one work unit (the launcher gives each CTA one).
+    // Once a CTA's K loop is done, nothing reads its A rows again (every wgmma waited for, the
+    // producer has no more loads). Rank 1 (odd unit: the tile's second K slice) writes its fp32
+    // totals into its own A rows of every stage for this consumer, and one thread copies them to
+    // the same rows of rank 0 with the bulk copy (TMA), whose bytes complete rank 0's pair_full;
+    // rank 1 skips the epilogue but stays until rank 0 has the bytes (its rows are the copy's
+    // source). Rank 0 adds them and goes on to its epilogue. Value v of thread t sits at word t
+    // of a 512-byte row: 4-byte accesses, conflict-free (a 16-byte access would tie four totals
+    // to an aligned register quad, and the promotion FFMAs would read same-bank registers,
+    // tools/sass_ffma_banks.py). Returns whether this CTA stores the tile.
     auto pair_exchange = [&]() -> bool {
       if constexpr (!Cfg::kPairFits || CLUSTER > 1) {
         return true;
       } else {
         if (!p.pair_k) return true;
         constexpr int kPerStage = kRowsC * BK / 4 / 128;  // values a thread keeps in one stage's rows
+        constexpr int kValues = kWaves * BN / 2;
+        static_assert(kValues % kPerStage == 0 && kValues / kPerStage <= kStages, "the part fills whole stages");
         const uint32_t base = smem_addr(s.a[0] + c * kRowsC * BK) + 4 * t;
         const auto offset = [](int v) { return (v / kPerStage) * (BM * BK) + (v % kPerStage) * 512; };
         if (unit % 2 == 0) {
-          mbar_arrive_cluster_release(&s.pair_free[c], 1);
-          mbar_wait_cluster_acquire(&s.pair_full[c], 0);
+          if (t == 0) mbar_expect_tx(&s.pair_full[c], kRowsC * BN * 4);
+          mbar_arrive_cluster_release(&s.pair_free[c], 1);  // phase 0: these rows are free
+          mbar_wait(&s.pair_full[c], 0);
+          mbar_arrive_cluster_release(&s.pair_free[c], 1);  // phase 1: the copy has read its source
 #pragma unroll
           for (int w = 0; w < kWaves; ++w)
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) total[w][i] += lds_addr(base + offset(w * (BN / 2) + i));
           return true;
         }
-        mbar_wait_cluster_acquire(&s.pair_free[c], 0);
-        const uint32_t remote = map_to_cta(base, 0);
 #pragma unroll
         for (int w = 0; w < kWaves; ++w)
 #pragma unroll
-          for (int i = 0; i < BN / 2; ++i) st_cluster_f32(remote + offset(w * (BN / 2) + i), total[w][i]);
-        mbar_arrive_cluster_release(&s.pair_full[c], 0);
+          for (int i = 0; i < BN / 2; ++i) sts_addr(base + offset(w * (BN / 2) + i), total[w][i]);
+        fence_proxy_async();  // the generic-proxy writes visible to the bulk copy
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) {
+          mbar_wait_cluster_acquire(&s.pair_free[c], 0);
+#pragma unroll
+          for (int i = 0; i < kValues / kPerStage; ++i)
+            bulk_copy_to_cta(s.a[i] + c * kRowsC * BK, kRowsC * BK, &s.pair_full[c], 0);
+          mbar_wait_cluster_acquire(&s.pair_free[c], 1);
+        }
         return false;
       }
     };
