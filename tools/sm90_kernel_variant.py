@@ -154,7 +154,8 @@ C192 = [
 HINT = [
     ('      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"',
      '      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\\n"'),
-    ('      "r"(parity)\n', '      "r"(parity), "r"(0x989680u)\n'),
+    ('bra LTX_WAIT_%=;\\n"\n      "}\\n" ::"r"(smem_addr(bar)),\n      "r"(parity)\n',
+     'bra LTX_WAIT_%=;\\n"\n      "}\\n" ::"r"(smem_addr(bar)),\n      "r"(parity), "r"(0x989680u)\n'),
 ]
 _WAIT_RELEASE = """          wgmma_wait<0>();
           fence_operands(acc);
@@ -344,7 +345,7 @@ _RING_LOOP = """      for (int u = 0; u < my_units; ++u)
             stage = release_stage = i;
             block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);
           }
-      if (my_units > 0) epilogue();
+      if (my_units > 0 && pair_exchange()) epilogue();
 """
 EPIAFTER = [
     (_RING_LOOP, """      for (int u = 0; u < my_units; ++u) {
@@ -354,7 +355,7 @@ EPIAFTER = [
             stage = release_stage = i;
             block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, false);
           }
-        epilogue();
+        if (u + 1 < my_units || pair_exchange()) epilogue();
         if (u + 1 < my_units) {
           unit += num_clusters;
           begin_tile();
@@ -368,7 +369,7 @@ EPIAFTER = [
       };
       if constexpr (kWaves == 2) {""", """        if (++kb == kblocks) {
           kb = 0;
-          epilogue();
+          if (g + 1 < stream || pair_exchange()) epilogue();
           if (g + 1 < stream) {
             unit += num_clusters;
             begin_tile();
@@ -399,16 +400,16 @@ CVTINT = [("""  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 
 
 PDL = [
-    ('  if (p.splits > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
+    ('  if (p.splits > 1 && !p.pair_k) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n',
      '  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'),
     ("  else __syncthreads();\n\n",
      '  else __syncthreads();\n  asm volatile("griddepcontrol.wait;" ::: "memory");\n\n'),
     ("""  if constexpr (CLUSTER == 1) {
-    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, p);
+    fp8_gemm_kernel<BM, BN, 1, kWholeRing><<<grid, threads, smem, stream>>>(ma, mb, md, msa, msb, pp);
   } else {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_launch(grid, CLUSTER, threads, smem, stream, attr);
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, pp) != cudaSuccess)
       return "cudaLaunchKernelEx (cluster launch) failed";
   }
 """, """  {
@@ -418,7 +419,7 @@ PDL = [
     attrs[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attrs;
     cfg.numAttrs = CLUSTER > 1 ? 2 : 1;
-    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, p) != cudaSuccess)
+    if (cudaLaunchKernelEx(&cfg, fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>, ma, mb, md, msa, msb, pp) != cudaSuccess)
       return "cudaLaunchKernelEx failed";
   }
 """),
@@ -513,8 +514,8 @@ def _stgpk(src: str) -> str:
 
 # lent: the epilogue staged in the tile's last stage, held until the stores have read it
 LENT = [
-    ("    uint64_t empty[kStages];\n  };",
-     "    uint64_t empty[kStages];\n    uint64_t lent_free;  // every consumer is done with the lent stage's B tile\n  };"),
+    ("    uint64_t empty[kStages];\n",
+     "    uint64_t empty[kStages];\n    uint64_t lent_free;  // every consumer is done with the lent stage's B tile\n"),
     ("      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n",
      "      mbar_init(&s.empty[i], kConsumers * 4 * CLUSTER);  // lane r of every consumer warp of both CTAs\n    }\n"
      "    mbar_init(&s.lent_free, kConsumers * 4);  // lane 0 of every consumer warp\n"),
@@ -599,10 +600,10 @@ LENT = [
       };
 """),
     ("            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0);\n"
-     "          }\n      if (my_units > 0) epilogue();\n",
+     "          }\n      if (my_units > 0 && pair_exchange()) epilogue();\n",
      "            block(i < kStages - 1 || r + 1 < revs || u + 1 < my_units, i == 0 && r == 0 && u > 0,\n"
      "                  kLent && i == kStages - 1 && r + 1 == revs, kLent && i == 1 && r == 0 && u > 0);\n"
-     "          }\n      if (my_units > 0) {\n        epilogue();\n        if constexpr (kLent) release_lent();\n      }\n"),
+     "          }\n      if (my_units > 0 && pair_exchange()) {\n        epilogue();\n        if constexpr (kLent) release_lent();\n      }\n"),
 ]
 
 # twowaves: both waves of a tile's first block under the previous tile's epilogue (the promotion
