@@ -188,15 +188,26 @@ def _sm90_cost(m: int, n: int, cfg: tuple, num_sms: int, k_blocks: Optional[int]
     return waves * cfg[0] * cfg[1] / rate
 
 
-def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> tuple:
+def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None, pair_ctas: Optional[int] = None) -> tuple:
     """The (block_m, block_n, cluster) with the least estimated time for an M x N (x K) output on a
     device with num_sms SMs: whole waves of tiles over the persistent grid, each tile costing its
     area over its measured rate (so padding and a ragged last wave count against big tiles; K
-    decides which of the kernel's loops, and so which rate, applies)."""
+    decides which of the kernel's loops, and so which rate, applies). Where that pick leaves at
+    least a third of the SMs idle, a one-CTA tile whose units fit twice in pair_ctas runs in
+    pair-K (sm90_split_k) if its estimate is lower: at 256x2176x7168 128x128 in pairs beats 128x64
+    whole."""
     if forced := _forced():
         return forced[:3]
     k_blocks = k // 128 if k else None
-    return min(SM90_TILES, key=lambda cfg: _sm90_cost(m, n, cfg, num_sms, k_blocks))
+    best = min(SM90_TILES, key=lambda cfg: _sm90_cost(m, n, cfg, num_sms, k_blocks))
+    if not k_blocks or _sm90_units(m, n, best) * 3 > num_sms // best[2] * 2:
+        return best
+    pair_ctas = _default_pair_ctas(num_sms) if pair_ctas is None else pair_ctas
+    best_us = _sm90_cost(m, n, best, num_sms, k_blocks) * k_blocks * _US_PER_COST
+    for cfg in SM90_PAIR_K:
+        if _pair_k_fits(m, n, k_blocks, cfg, pair_ctas) and _pair_k_us(cfg, k_blocks) < best_us:
+            best, best_us = cfg, _pair_k_us(cfg, k_blocks)
+    return best
 
 
 # Split-K's cost model, fitted on the H200 to the extension's 128x128 tile at 256x4096x4096 and
@@ -207,16 +218,44 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None) -> t
 _SPLIT_BLOCK_US = 0.45
 _SPLIT_FIXED_US = 3.8
 _SPLIT_BYTES_PER_US = 2.1e6
+# _sm90_cost (area over rate, per wave) in microseconds per K block, on the 128x128 block's scale
+_US_PER_COST = _SPLIT_BLOCK_US * SM90_TILES[(128, 128, 1)] / (128 * 128)
 # Pair-K (two slices of a one-CTA tile in a 2-CTA cluster, rank 1's fp32 partial handed to rank 0
 # through distributed shared memory: no workspace, no second kernel) costs what the halved K loop
 # does not halve: the pipeline's fill, the exchange and the epilogue, growing with the tile. Fitted
 # to CUDA-graph times on an H100 against the same tile unsplit, with the model's own block cost
 # (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger, 128-256 rows, K >= 4096): 128x64 3.5-4.0
-# us at four shapes, 128x128 4.8-6.3 at six; 2.0 us plus 1.8 a 128x64 area.
-_PAIR_FIXED_US = 2.0
-_PAIR_US_PER_AREA = 1.8
+# us at four shapes, 128x128 4.8-6.3 at six; 2.0 us plus 1.8 a 128x64 area. Against another
+# tile unsplit the model holds only where that tile leaves SMs idle: with 102 and 128 units of
+# 128x64 (384x2176x7168, 512x2048x8192, 256x4096x4096) 128x128 in pairs ran 0.88-1.01x of it,
+# with 68 (256x2176x7168) 1.15-1.38x, so sm90_tile_config weighs pairs against a pick that
+# leaves at least a third of the SMs idle.
+_PAIR_FIXED_US = 2.8
+_PAIR_US_PER_AREA = 1.7
 # the one-CTA tiles whose ring holds the peer's partial (the kernel's Config::kPairFits)
 SM90_PAIR_K = ((256, 128, 1), (192, 128, 1), (128, 128, 1), (128, 64, 1))
+
+
+def _block_us(cfg: tuple, k_blocks: int) -> float:
+    """Microseconds one SM takes for a K block of a cfg tile in a work unit of k_blocks K blocks."""
+    return _SPLIT_BLOCK_US * cfg[0] * cfg[1] / (128 * 128) * SM90_TILES[(128, 128, 1)] / sm90_tile_rate(cfg, k_blocks)
+
+
+def _default_pair_ctas(num_sms: int) -> int:
+    """CTAs resident as 2-CTA clusters when the extension is not asked: every pair of SMs."""
+    return num_sms // 2 * 2
+
+
+def _pair_k_fits(m: int, n: int, k_blocks: int, cfg: tuple, pair_ctas: int) -> bool:
+    """Whether the launcher runs two K slices of cfg as pair-K (and the split rule allows two)."""
+    return (cfg in SM90_PAIR_K and k_blocks % 2 == 0 and k_blocks // 2 >= 4
+            and _sm90_units(m, n, cfg) * 2 <= pair_ctas)
+
+
+def _pair_k_us(cfg: tuple, k_blocks: int) -> float:
+    """Estimated time of two K slices of cfg in pair-K (one wave of pairs)."""
+    half = k_blocks // 2
+    return half * _block_us(cfg, half) + _PAIR_FIXED_US + _PAIR_US_PER_AREA * cfg[0] * cfg[1] / (128 * 64)
 
 
 def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int, pair_ctas: Optional[int] = None) -> int:
@@ -236,18 +275,13 @@ def sm90_split_k(m: int, n: int, k: int, cfg: tuple, num_sms: int, pair_ctas: Op
     bm, bn, cl = cfg
     units = _sm90_units(m, n, cfg)
     kb = k // 128
-    if pair_ctas is None:
-        pair_ctas = num_sms // 2 * 2 if cfg in SM90_PAIR_K else 0
+    pair_ctas = _default_pair_ctas(num_sms) if pair_ctas is None else pair_ctas
 
     def cost(s):
-        block_us = _SPLIT_BLOCK_US * bm * bn / (128 * 128) * SM90_TILES[(128, 128, 1)] / sm90_tile_rate(cfg, kb // s)
-        if s == 1:
-            extra = 0.0
-        elif s == 2 and cfg in SM90_PAIR_K and units * 2 <= pair_ctas:
-            extra = _PAIR_FIXED_US + _PAIR_US_PER_AREA * bm * bn / (128 * 64)
-        else:
-            extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US
-        return kb / s * block_us + extra
+        if s == 2 and _pair_k_fits(m, n, kb, cfg, pair_ctas):
+            return _pair_k_us(cfg, kb)
+        extra = _SPLIT_FIXED_US + 8 * s * m * n / _SPLIT_BYTES_PER_US if s > 1 else 0.0
+        return kb / s * _block_us(cfg, kb // s) + extra
 
     best, s = 1, 2
     while units * s <= num_sms // cl and kb % s == 0 and kb // s >= 4:
@@ -283,12 +317,12 @@ def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _pair_k_ctas(index: int, cfg: tuple) -> int:
-    """CTAs of device `index` resident at once as pair-K clusters of cfg (the extension's count)."""
-    if cfg not in SM90_PAIR_K:
-        return 0
+def _pair_k_ctas(index: int) -> int:
+    """CTAs of device `index` resident at once as pair-K clusters, the least over the tiles that
+    have it (the extension's count; one CTA an SM each, so the same for all of them)."""
+    mod = _ext.load("_C_gemm_sm90")[0]
     with torch.cuda.device(index):
-        return _ext.load("_C_gemm_sm90")[0].pair_k_ctas(*cfg)
+        return min(mod.pair_k_ctas(*cfg) for cfg in SM90_PAIR_K)
 
 
 def sm90_launch_args(a, sa, b, sb) -> tuple:
@@ -297,8 +331,9 @@ def sm90_launch_args(a, sa, b, sb) -> tuple:
     m, k = a.shape
     index = a.device.index or 0
     sms = _num_sms(index)
-    cfg = sm90_tile_config(m, b.shape[0], sms, k)
-    splits = sm90_split_k(m, b.shape[0], k, cfg, sms, _pair_k_ctas(index, cfg))
+    pair_ctas = _pair_k_ctas(index)
+    cfg = sm90_tile_config(m, b.shape[0], sms, k, pair_ctas)
+    splits = sm90_split_k(m, b.shape[0], k, cfg, sms, pair_ctas)
     return _tma_scales(sa), _tma_weight_scales(sb), cfg, splits
 
 

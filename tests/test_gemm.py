@@ -285,16 +285,21 @@ def test_sm90_cluster_factor_needs_the_whole_ring():
     assert gemm.sm90_tile_config(8192, 4096, 132, 4096 + 128) == (256, 128, 1)
 
 
-@pytest.mark.parametrize("m,n,k,cfg", [(128, 4096, 4096, (128, 64, 1)), (256, 4096, 4096, (128, 64, 1)),
-                                       (384, 4096, 4096, (128, 128, 1)), (512, 4096, 4096, (128, 128, 1)),
-                                       (256, 2176, 7168, (128, 64, 1)), (512, 2048, 8192, (128, 64, 1))])
-def test_sm90_tile_config_at_small_m_picks_the_h200_fastest(m, n, k, cfg):
+@pytest.mark.parametrize("m,n,k,cfg,splits", [(128, 4096, 4096, (128, 64, 1), 2), (256, 4096, 4096, (128, 64, 1), 1),
+                                              (384, 4096, 4096, (128, 128, 1), 1), (512, 4096, 4096, (128, 128, 1), 1),
+                                              (256, 2176, 7168, (128, 128, 1), 2), (512, 2048, 8192, (128, 64, 1), 1),
+                                              (384, 2176, 7168, (128, 64, 1), 1)])
+def test_sm90_tile_config_at_small_m_picks_the_fastest(m, n, k, cfg, splits):
     """Small M, burst (bench/results/2026-12-04-h200-sm90-2cta-and-128x64): 128x64 where 128x128
-    leaves half the SMs idle, 128x128 where its tiles fill about a wave; unsplit but at
-    128x4096x4096, whose 64 tiles of 128x64 leave room for pair-K (two slices, 1.29x in CUDA graphs
-    on an H100: test_sm90_split_k_takes_pair_k_where_it_measured_faster)."""
+    leaves half the SMs idle, 128x128 where its tiles fill about a wave. Pair-K (two slices in
+    2-CTA clusters, CUDA graphs on an H100, bench/results/2026-12-07-h100-sm90-pair-k-and-stagger)
+    where the pick leaves SMs idle: 128x64 in pairs at 128x4096x4096 (1.21-1.29x 128x64 whole),
+    128x128 in pairs at 256x2176x7168 (1.15-1.19x); not where 128x64 fills most of a wave
+    (256x4096x4096, 384x2176x7168, 512x2048x8192: 0.86-1.02x)."""
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
-    assert gemm.sm90_split_k(m, n, k, cfg, 132) == (2 if (m, n, k) == (128, 4096, 4096) else 1)
+    assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
+    if splits == 2:  # without pairs (no cluster fits), the workspace model decides alone
+        assert gemm.sm90_tile_config(m, n, 132, k, pair_ctas=0) == (128, 64, 1)
 
 
 def test_sm90_tile_rate_whole_ring_only_where_k_divides():
