@@ -220,17 +220,17 @@ _SPLIT_FIXED_US = 3.8
 _SPLIT_BYTES_PER_US = 2.1e6
 # _sm90_cost (area over rate, per wave) in microseconds per K block, on the 128x128 block's scale
 _US_PER_COST = _SPLIT_BLOCK_US * SM90_TILES[(128, 128, 1)] / (128 * 128)
-# Pair-K (two slices of a one-CTA tile in a 2-CTA cluster, rank 1's fp32 partial handed to rank 0
-# through distributed shared memory: no workspace, no second kernel) costs what the halved K loop
-# does not halve: the pipeline's fill, the exchange and the epilogue, growing with the tile. Fitted
-# to CUDA-graph times on an H100 against the same tile unsplit, with the model's own block cost
-# (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger, 128-256 rows, K >= 4096): 128x64 3.5-4.0
-# us at four shapes, 128x128 4.8-6.3 at six; 2.0 us plus 1.8 a 128x64 area. Against another
-# tile unsplit the model holds only where that tile leaves SMs idle: with 102 and 128 units of
-# 128x64 (384x2176x7168, 512x2048x8192, 256x4096x4096) 128x128 in pairs ran 0.88-1.01x of it,
-# with 68 (256x2176x7168) 1.15-1.38x, so sm90_tile_config weighs pairs against a pick that
-# leaves at least a third of the SMs idle.
-_PAIR_FIXED_US = 2.8
+# Pair-K (two slices of a one-CTA tile in a 2-CTA cluster, rank 1's fp32 partial copied into rank
+# 0's shared memory: no workspace, no second kernel) costs what the halved K loop does not halve:
+# the pipeline's fill, the exchange and the epilogue, growing with the tile. Fitted to CUDA-graph
+# times on an H100 against the same tile unsplit, with the model's own block cost
+# (bench/results/2026-12-07-h100-sm90-pair-k-on-main, 128-256 rows, K >= 4096): 128x64 4.0-4.5 us
+# at four shapes, 128x128 5.7-6.2 at five; 2.6 us plus 1.7 a 128x64 area. Against another tile
+# unsplit the model holds only where that tile leaves SMs idle: with 102 and 128 units of 128x64
+# (384x2176x7168, 512x2048x8192, 256x4096x4096) 128x128 in pairs ran 0.87-1.00x of it, with 68
+# (256x2176x7168) 1.13-1.15x, so sm90_tile_config weighs pairs only against a pick that leaves
+# at least a third of the SMs idle.
+_PAIR_FIXED_US = 2.6
 _PAIR_US_PER_AREA = 1.7
 # the one-CTA tiles whose ring holds the peer's partial (the kernel's Config::kPairFits)
 SM90_PAIR_K = ((256, 128, 1), (192, 128, 1), (128, 128, 1), (128, 64, 1))

@@ -228,9 +228,9 @@ def test_sm90_split_k_choice(m, n, k):
 def test_sm90_split_k_follows_the_probes(m, n, k, splits):
     """The counts measured fastest for the 128x128 tile (CUDA-graph replays): at 256x4096x4096 the
     workspace's reduction cost more than the halved K loop saved on the H200, and pair-K (no
-    workspace) ran 1.03-1.10x unsplit on an H100 (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger);
+    workspace) ran 1.02-1.04x unsplit on an H100 (bench/results/2026-12-07-h100-sm90-pair-k-on-main);
     at 256x2176x7168 (34 tiles, 56 K blocks) two slices win (bench/results/2026-12-04-h200-sm90-unroll-ahead,
-    the workspace; pair-K 1.35-1.39x unsplit on the H100); at 64x4096x4096 (32 tiles) four slices ran
+    the workspace; pair-K 1.33-1.37x unsplit on the H100); at 64x4096x4096 (32 tiles) four slices ran
     128 TFLOP/s against 98 unsplit (bench/results/2026-12-03-h200-sm90-splitk, the kernel before the
     turns were removed)."""
     assert gemm.sm90_split_k(m, n, k, (128, 128, 1), 132) == splits
@@ -240,9 +240,9 @@ def test_sm90_split_k_follows_the_probes(m, n, k, splits):
                                               (128, 2176, 7168, (128, 64, 1), 2), (256, 4096, 4096, (128, 64, 1), 1)])
 def test_sm90_split_k_takes_pair_k_where_it_measured_faster(m, n, k, cfg, splits):
     """Two slices in 2-CTA clusters against the host's tile unsplit, CUDA graphs on an H100
-    (bench/results/2026-12-07-h100-sm90-pair-k-and-stagger): 128x4096x4096 1.29x, 256x2048x8192
-    1.54x, 128x2176x7168 1.45-1.51x; 256x4096x4096, whose 128 tiles of 128x64 fill a wave, has no room
-    for the pairs."""
+    (bench/results/2026-12-07-h100-sm90-pair-k-on-main): 128x4096x4096 1.22x, 256x2048x8192 1.47x,
+    128x2176x7168 1.43x; 256x4096x4096, whose 128 tiles of 128x64 fill a wave, has no room for the
+    pairs."""
     assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
     assert gemm.sm90_split_k(m, n, k, cfg, 132, pair_ctas=0) == (1 if (m, n) == (128, 4096) else splits)
 
@@ -292,10 +292,10 @@ def test_sm90_cluster_factor_needs_the_whole_ring():
 def test_sm90_tile_config_at_small_m_picks_the_fastest(m, n, k, cfg, splits):
     """Small M, burst (bench/results/2026-12-04-h200-sm90-2cta-and-128x64): 128x64 where 128x128
     leaves half the SMs idle, 128x128 where its tiles fill about a wave. Pair-K (two slices in
-    2-CTA clusters, CUDA graphs on an H100, bench/results/2026-12-07-h100-sm90-pair-k-and-stagger)
-    where the pick leaves SMs idle: 128x64 in pairs at 128x4096x4096 (1.21-1.29x 128x64 whole),
-    128x128 in pairs at 256x2176x7168 (1.15-1.19x); not where 128x64 fills most of a wave
-    (256x4096x4096, 384x2176x7168, 512x2048x8192: 0.86-1.02x)."""
+    2-CTA clusters, CUDA graphs on an H100, bench/results/2026-12-07-h100-sm90-pair-k-on-main)
+    where the pick leaves SMs idle: 128x64 in pairs at 128x4096x4096 (1.22x 128x64 whole), 128x128
+    in pairs at 256x2176x7168 (1.13-1.15x); not where 128x64 fills most of a wave (256x4096x4096,
+    384x2176x7168, 512x2048x8192: 0.87-1.00x)."""
     assert gemm.sm90_tile_config(m, n, 132, k) == cfg
     assert gemm.sm90_split_k(m, n, k, cfg, 132) == splits
     if splits == 2:  # without pairs (no cluster fits), the workspace model decides alone
