@@ -121,17 +121,18 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta)
       : "memory");
 }
 
+// The shared-memory address `addr` of this CTA as the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
+  return r;
+}
+
 // Arrive on the barrier at the same offset in CTA `cta`, releasing this thread's earlier memory
-// operations (its distributed shared-memory stores among them) at cluster scope.
+// operations at cluster scope.
 __device__ __forceinline__ void mbar_arrive_cluster_release(uint64_t* bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(cta)
-      : "memory");
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(map_to_cta(smem_addr(bar), cta))
+               : "memory");
 }
 
 // Wait for a phase completed by arrivals from the peer CTA, acquiring what they released.
@@ -175,13 +176,6 @@ __device__ __forceinline__ float lds_ordered(const float* ptr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));
   return v;
-}
-
-// The shared-memory address `addr` of this CTA as the same offset in CTA `cta` of the cluster.
-__device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
-  return r;
 }
 
 // `bytes` (a multiple of 16) from this CTA's shared memory to the same offset in CTA `cta`, the
