@@ -10,7 +10,8 @@
 # block-compile (bench/ltx_core_block.py eager+graph+full with a profile in one process /
 # compile+captured, one process per package with turns interleaved),
 # gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
-# variant libraries for lib:NAME@cfg backends), ncu (ours and deep_gemm in one Nsight Compute
+# variant libraries for lib:NAME@cfg backends; GEMM_SHAPES, GEMM_BACKENDS, GEMM_ANCHORS,
+# GEMM_SUSTAIN_MS, GEMM_RUNS, GEMM_RUN_BEFORE), ncu (ours and deep_gemm in one Nsight Compute
 # profile; NCU_CFGS: BMxBNxCL or LIB.so@BMxBNxCL; per-SASS stall samples in ncu_gemm_sass.csv.gz),
 # tests (the GPU suite), ab (tools/graph_ab.py over AB_LIBS="A=PATH B=PATH" with AB_ARGS). REPO_COMMIT names the commit of the tree (recorded);
 # BLOCK_ARGS adds arguments to the block phases (later ones win: --modes compile --variants bf16,fp8).
@@ -91,9 +92,19 @@ for phase in "$@"; do
       [ -n "$UP" ] || UP=$(upstream_path)
       libs=()
       for spec in ${GEMM_LIBS:-}; do libs+=(--lib "$spec"); done
-      python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/gemm.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} "${libs[@]}" \
-        --backends "${GEMM_BACKENDS:-cuda}" --anchors "${GEMM_ANCHORS:-cublas_blockwise,cublas_tensorwise,cublas_bf16}" \
-        > "$LOGS/gemm.log" 2>&1; tail -30 "$LOGS/gemm.log" ;;
+      # GEMM_RUNS processes one after the other (gemm_run1.json, ...; one run: gemm.json), a later
+      # one only while the phase has run less than GEMM_RUN_BEFORE seconds (default: always)
+      g0=$(date +%s)
+      for r in $(seq 1 "${GEMM_RUNS:-1}"); do
+        if [ "$r" -gt 1 ] && [ $(( $(date +%s) - g0 )) -ge "${GEMM_RUN_BEFORE:-999999}" ]; then
+          echo "gemm: run $r skipped ($(( $(date +%s) - g0 )) s in)"; break
+        fi
+        name=gemm; [ "${GEMM_RUNS:-1}" -gt 1 ] && name=gemm_run$r
+        python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/$name.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} "${libs[@]}" \
+          ${GEMM_SUSTAIN_MS:+--sustain-ms $GEMM_SUSTAIN_MS} --backends "${GEMM_BACKENDS:-cuda}" \
+          --anchors "${GEMM_ANCHORS:-cublas_blockwise,cublas_tensorwise,cublas_bf16}" > "$OUT/$name.log" 2>&1
+        echo "gemm run $r rc=$? at $(( $(date +%s) - g0 )) s"; tail -30 "$OUT/$name.log"
+      done ;;
     ncu)
       [ -n "$UP" ] || UP=$(upstream_path)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
