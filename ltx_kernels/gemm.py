@@ -205,8 +205,8 @@ def sm90_tile_config(m: int, n: int, num_sms: int, k: Optional[int] = None, pair
     pair_ctas = _default_pair_ctas(num_sms) if pair_ctas is None else pair_ctas
     best_us = _sm90_cost(m, n, best, num_sms, k_blocks) * k_blocks * _US_PER_COST
     for cfg in SM90_PAIR_K:
-        if _pair_k_fits(m, n, k_blocks, cfg, pair_ctas) and _pair_k_us(cfg, k_blocks) < best_us:
-            best, best_us = cfg, _pair_k_us(cfg, k_blocks)
+        if _pair_k_fits(m, n, k_blocks, cfg, pair_ctas) and (us := _pair_k_us(cfg, k_blocks)) < best_us:
+            best, best_us = cfg, us
     return best
 
 
@@ -319,21 +319,27 @@ def _tma_weight_scales(sb: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=None)
 def _pair_k_ctas(index: int) -> int:
     """CTAs of device `index` resident at once as pair-K clusters, the least over the tiles that
-    have it (the extension's count; one CTA an SM each, so the same for all of them)."""
+    have it (the extension's count; one CTA an SM each, so the same for all of them; without the
+    extension, the model's every pair of SMs)."""
     mod = _ext.load("_C_gemm_sm90")[0]
+    if mod is None:
+        return _default_pair_ctas(_num_sms(index))
     with torch.cuda.device(index):
         return min(mod.pair_k_ctas(*cfg) for cfg in SM90_PAIR_K)
+
+
+def sm90_plan(m: int, n: int, k: int, index: int = 0) -> tuple:
+    """The tile config and K slices the cuda backend launches an M x N x K GEMM with on CUDA
+    device `index`."""
+    sms, pair_ctas = _num_sms(index), _pair_k_ctas(index)
+    cfg = sm90_tile_config(m, n, sms, k, pair_ctas)
+    return cfg, sm90_split_k(m, n, k, cfg, sms, pair_ctas)
 
 
 def sm90_launch_args(a, sa, b, sb) -> tuple:
     """What the cuda backend passes the extension besides the tensors: the scales in the layouts
     its TMA reads (copies where needed), the tile config and the K slices for this device."""
-    m, k = a.shape
-    index = a.device.index or 0
-    sms = _num_sms(index)
-    pair_ctas = _pair_k_ctas(index)
-    cfg = sm90_tile_config(m, b.shape[0], sms, k, pair_ctas)
-    splits = sm90_split_k(m, b.shape[0], k, cfg, sms, pair_ctas)
+    cfg, splits = sm90_plan(a.shape[0], b.shape[0], a.shape[1], a.device.index or 0)
     return _tma_scales(sa), _tma_weight_scales(sb), cfg, splits
 
 

@@ -514,12 +514,12 @@ __global__ void __launch_bounds__(Config<BM, BN, CLUSTER>::kThreads, 1)
       // the first, the rest the second.
       j_split = (128 - n0 % 128) / 8;
       has_nb1 = BN > 128 && min(n0 / 128, nblocks128 - 1) + 1 < nblocks128;
+      // split-K: the reduction adds the bias; pair-K: rank 0, which stores the tile
+      const bool adds_bias = p.bias && (p.splits == 1 || (p.pair_k && unit % 2 == 0));
 #pragma unroll
       for (int i = 0; i < kBiasRegs; ++i) {
         const int col = n0 + t + 128 * i;
-        // split-K: the reduction adds the bias; pair-K: rank 0, which stores the tile
-        const bool stores = p.splits == 1 || (p.pair_k && unit % 2 == 0);
-        bias_r[i] = p.bias && stores && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
+        bias_r[i] = adds_bias && t + 128 * i < BN && col < p.N ? ldg_ordered(p.bias + col) : 0.f;
       }
       if (p.splits > 1 && !p.pair_k) partial = p.ws + static_cast<int64_t>(unit % p.splits) * p.M * p.N;
     };
@@ -926,7 +926,7 @@ cudaLaunchConfig_t cluster_launch(int grid, int cluster, int threads, int smem, 
 }
 
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
-const char* prepare(int dev, int num_sms, int& max_ctas, int& pair_ctas) {
+const char* prepare(int dev, int num_sms, int& max_ctas, int* pair_ctas = nullptr) {
   static DeviceState state[64];
   DeviceState& st = state[dev & 63];
   auto kernel = fp8_gemm_kernel<BM, BN, CLUSTER, kWholeRing>;
@@ -943,8 +943,9 @@ const char* prepare(int dev, int num_sms, int& max_ctas, int& pair_ctas) {
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1)
         return "cudaOccupancyMaxActiveClusters found no room for a cluster";
       st.max_ctas = clusters * CLUSTER;
-    } else if constexpr (Config<BM, BN, CLUSTER>::kPairFits) {
-      // not every SM pairs with another in its GPC: ask how many 2-CTA clusters fit
+    } else if constexpr (Config<BM, BN, CLUSTER>::kPairFits && !kWholeRing) {
+      // not every SM pairs with another in its GPC: ask how many 2-CTA clusters fit (the
+      // whole-ring instantiation has the same resources; pair_k_ctas() asks this one)
       cudaLaunchAttribute attr;
       const cudaLaunchConfig_t cfg = cluster_launch(num_sms / 2 * 2, 2, Config<BM, BN, CLUSTER>::kThreads, smem,
                                                     nullptr, attr);
@@ -958,13 +959,19 @@ const char* prepare(int dev, int num_sms, int& max_ctas, int& pair_ctas) {
     st.ready = true;
   }
   max_ctas = st.max_ctas;
-  pair_ctas = st.pair_ctas;
+  if (pair_ctas) *pair_ctas = st.pair_ctas;
   return nullptr;
 }
 
+// Work units of p in cfg's tiles: output tiles (one a cluster of adjacent tiles) x K slices.
+int work_units(const Params& p, const TileConfig& cfg) {
+  const int num_n = (p.N + cfg.block_n - 1) / cfg.block_n;
+  return ((p.M + cfg.block_m - 1) / cfg.block_m) * ((num_n + cfg.cluster - 1) / cfg.cluster) * p.splits;
+}
+
 // Pair-K for two slices of one-CTA tiles whose work units all run at once (one unit a CTA).
-bool takes_pair_k(int splits, int cluster, int units, int pair_ctas) {
-  return splits == 2 && cluster == 1 && units <= pair_ctas;
+bool takes_pair_k(const Params& p, const TileConfig& cfg, int num_sms) {
+  return p.splits == 2 && cfg.cluster == 1 && work_units(p, cfg) <= pair_k_ctas(cfg, num_sms);
 }
 
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
@@ -972,12 +979,8 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
                        cudaStream_t stream) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
-  int max_ctas = 0, pair_ctas = 0;
-  if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas, pair_ctas)) return e;
-  if constexpr (kWholeRing) {  // the count uses_workspace() saw: the any-K instantiation's (the same)
-    int unused = 0;
-    if (const char* e = prepare<BM, BN, CLUSTER, false>(dev, num_sms, unused, pair_ctas)) return e;
-  }
+  int max_ctas = 0;
+  if (const char* e = prepare<BM, BN, CLUSTER, kWholeRing>(dev, num_sms, max_ctas)) return e;
   CUtensorMap ma, mb, md, msa, msb;
   if (const char* e = make_map(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, p.M, p.K, lda, BK, BM / CLUSTER)) return e;
   if (const char* e = make_map(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, p.N, p.K, ldb, BK, BN)) return e;
@@ -997,15 +1000,13 @@ const char* launch_cfg(const Params& p, const void* a, int64_t lda, const void* 
   if (const char* e = make_map(&msb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sb, nbs, kbs, nbs > 1 ? p.sb_sn * 4 : 16, 4,
                                BN > 128 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return e;
-  const int num_n = (p.N + BN - 1) / BN;
   if (p.splits < 1 || (p.K / BK) % p.splits != 0) return "splits must divide K / 128";
-  const int units = ((p.M + BM - 1) / BM) * ((num_n + CLUSTER - 1) / CLUSTER) * p.splits;
-  if (p.splits > 1 && p.ws == nullptr && !takes_pair_k(p.splits, CLUSTER, units, pair_ctas))
-    return "split-K needs a workspace here (fp8_gemm_sm90::uses_workspace)";
+  const int units = work_units(p, {BM, BN, CLUSTER});
   // Two slices whose units all run at once: pair-K, one unit a CTA (units is even), no workspace
   // and no reduction. Otherwise the slices' partials go through the workspace.
   Params pp = p;
-  pp.pair_k = takes_pair_k(p.splits, CLUSTER, units, pair_ctas);
+  pp.pair_k = takes_pair_k(p, {BM, BN, CLUSTER}, num_sms);
+  if (p.splits > 1 && p.ws == nullptr && !pp.pair_k) return "split-K needs a workspace here (uses_workspace())";
   const int grid = pp.pair_k ? units : (units < max_ctas / CLUSTER ? units : max_ctas / CLUSTER) * CLUSTER;
   if (grid == 0) return nullptr;
   constexpr int smem = Config<BM, BN, CLUSTER>::kSmemBytes, threads = Config<BM, BN, CLUSTER>::kThreads;
@@ -1075,21 +1076,17 @@ int pair_k_ctas(const TileConfig& cfg, int num_sms) {
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   const char* e = nullptr;
   switch (cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster) {
-    case 1280641: e = prepare<128, 64, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
-    case 1281281: e = prepare<128, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
-    case 1921281: e = prepare<192, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
-    case 2561281: e = prepare<256, 128, 1, false>(dev, num_sms, max_ctas, pair_ctas); break;
+    case 1280641: e = prepare<128, 64, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
+    case 1281281: e = prepare<128, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
+    case 1921281: e = prepare<192, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
+    case 2561281: e = prepare<256, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
     default: return 0;
   }
   return e ? 0 : pair_ctas;
 }
 
 bool uses_workspace(const Params& p, const TileConfig& cfg, int num_sms) {
-  if (p.splits <= 1) return false;
-  const int units = ((p.M + cfg.block_m - 1) / cfg.block_m) *
-                    (((p.N + cfg.block_n - 1) / cfg.block_n + cfg.cluster - 1) / cfg.cluster) * p.splits;
-  return !(takes_pair_k(p.splits, cfg.cluster, units, units > 0 && p.splits == 2 && cfg.cluster == 1
-                                                              ? pair_k_ctas(cfg, num_sms) : 0));
+  return p.splits > 1 && !takes_pair_k(p, cfg, num_sms);
 }
 
 namespace {
