@@ -171,10 +171,8 @@ def _bench_gemm(rec, backend, m, n, k, graph_anchors=False):
         return lk.fp8_gemm_nt(qa, sa, qb, sb, bias, out=out, backend=backend)
 
     if backend_run == "cuda":
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        cfg = lk.gemm.sm90_tile_config(m, n, sms, k)
+        cfg, rec.info["splits"] = lk.gemm.sm90_plan(m, n, k)
         rec.info["tile"] = "x".join(map(str, cfg))
-        rec.info["splits"] = lk.gemm.sm90_split_k(m, n, k, cfg, sms)
     d = gemm()
     a32 = qa.float() * ref.expand_scales(sa, m, k)
     b32 = qb.float() * ref.expand_scales(sb, n, k)

@@ -82,13 +82,19 @@ def test_saturated_operands_do_not_overflow():
                                rtol=1e-2, atol=0)
 
 
-@pytest.mark.parametrize("m,n,k", [(1000, 4096, 2048), (64, 1024, 4096)])
+@pytest.mark.parametrize("m,n,k", [(1000, 4096, 2048), (64, 1024, 4096), (128, 4096, 4096)])
 def test_cuda_graph_capture(m, n, k):
-    """Also at small M, where the public path takes split-K (a workspace from the caching
-    allocator and a second kernel); 1000x4096 has enough tiles for every SM, so no split."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms, k), sms)
-    assert (splits > 1) == (m == 64)
+    """Also at small M, where the public path takes split-K: at 64x1024 more than two slices (a
+    workspace from the caching allocator and a second kernel), at 128x4096 two in 2-CTA clusters
+    (pair-K); 1000x4096 has enough tiles for every SM, so no split."""
+    cfg, splits = lk.gemm.sm90_plan(m, n, k)
+    if m == 1000:
+        assert splits == 1
+    elif m == 64:
+        assert splits > 2
+    else:
+        units = -(-m // cfg[0]) * -(-n // cfg[1]) * 2
+        assert splits == 2 and cfg[2] == 1 and units <= _ext.load("_C_gemm_sm90")[0].pair_k_ctas(*cfg)
     qa, sa, qb, sb = gemm_operands(m, n, k, "cuda")
     bias = torch.randn(n, device="cuda")
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

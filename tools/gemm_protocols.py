@@ -276,9 +276,8 @@ def main():
         names = names[shape_index % len(names):] + names[:shape_index % len(names)]
         flops = 2.0 * m * n * k
         # the SM90 tile config and K slices the host picks for `cuda` (block_m x block_n x cluster / slices)
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        cfg = lk.gemm.sm90_tile_config(m, n, sms, k)
-        cuda_config = "x".join(map(str, cfg)) + f"/{lk.gemm.sm90_split_k(m, n, k, cfg, sms)}"
+        cfg, splits = lk.gemm.sm90_plan(m, n, k)
+        cuda_config = "x".join(map(str, cfg)) + f"/{splits}"
         for protocol in args.protocols.split(","):
             row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors,
                    "refused": refused, "cuda_config": cuda_config}

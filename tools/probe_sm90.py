@@ -64,7 +64,7 @@ def main():
         pick = torch.randperm(m, device="cuda")[:256].sort().values
         want = ref.fp8_gemm_nt(qa[pick], sa[pick].contiguous(), qb, sb, bias).float()
         flops = 2.0 * m * n * k
-        row = {"shape": f"{m}x{n}x{k}", "chosen": "x".join(map(str, lk.gemm.sm90_tile_config(m, n, sms, k)))}
+        row = {"shape": f"{m}x{n}x{k}", "chosen": "x".join(map(str, lk.gemm.sm90_plan(m, n, k)[0]))}
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         runners = {}
         try:
@@ -111,7 +111,7 @@ def main():
         cells = "  ".join(f"{tag}={row.get(tag, float('nan')):5.0f}" + ("!" if row.get(tag + "_bad") else "")
                           for tag, cfg in columns if not isinstance(cfg, str))
         if args.triton:
-            splits = lk.gemm.sm90_split_k(m, n, k, lk.gemm.sm90_tile_config(m, n, sms, k), sms)
+            splits = lk.gemm.sm90_plan(m, n, k)[1]
             cells += (f"  cuda(splits {splits})={row.get('cuda', float('nan')):5.0f}"
                       f"  triton={row.get('triton', float('nan')):5.0f}")
         print(f"{row['shape']:>18s} cublas={row.get('cublas_blockwise', float('nan')):5.0f}  {cells}  "
