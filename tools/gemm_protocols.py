@@ -18,6 +18,11 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              timed rounds queued behind a GPU sleep, the median per backend. All backends run in
              one power state and at one clock, so the ratios are work per clock under the cap,
              without the energy a kernel draws deciding its own clock (sustained keeps that).
+  probed     sustained, with the clock measured instead of sampled: back to back for --sustain-ms,
+             then 20 rounds of five timed calls each followed by a timed GPU sleep of PROBE_CYCLES
+             SM cycles (torch.cuda._sleep counts clock64); the sleep's cycles over its time is the
+             SM clock the backend's own load left the GPU at (`NAME_probe_mhz`). NVML's 5 ms
+             samples (`NAME_mhz`) did not follow the clock each kernel ran at (docs/sm90-gemm.md).
 Each row times our backends and the anchors in the same process, each call between CUDA events
 (median), with the SM clock and board power sampled through NVML while the timed calls run; the
 order of the backends rotates from shape to shape. Anchors: cuBLAS blockwise and tensorwise
@@ -120,6 +125,39 @@ def measure_interleaved(fns, sustain_ms, sampler, rounds=30):
     torch.cuda.synchronize()
     _load(fns.values(), sustain_ms, 1)
     return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart))
+
+
+# SM cycles of the clock probe (about 0.1 ms at the clocks under the power cap, so CUDA events'
+# ~0.5 us resolution is well under 1 %, and short against the firmware's reaction to the idle gap).
+PROBE_CYCLES = 150_000
+
+
+def measure_probed(fn, sustain_ms, sampler, rounds=20, calls=5):
+    """((ms a call, probed MHz), NVML MHz, W) of the probed protocol (module docstring)."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    _load([fn], sustain_ms, 10)
+
+    def run():
+        marks = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(rounds)]
+        torch.cuda._sleep(HEAD_START_CYCLES * max(1, rounds * calls // 50))
+        for start, end, probed in marks:
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            torch.cuda._sleep(PROBE_CYCLES)
+            probed.record()
+        while not marks[0][0].query():
+            time.sleep(5e-5)
+        sampler.restart()
+        torch.cuda.synchronize()
+        ms = statistics.median(a.elapsed_time(b) for a, b, _ in marks) / calls
+        probe_ms = statistics.median(b.elapsed_time(c) for _, b, c in marks)
+        return ms, PROBE_CYCLES / probe_ms / 1e3
+
+    return sampler.window(run)
 
 
 def graph_of(fn, calls):
@@ -288,7 +326,12 @@ def main():
                 timed = {}
                 for name in names:
                     try:
-                        timed[name] = measure(fns[name], protocol, args.sustain_ms, sampler)
+                        if protocol == "probed":
+                            (ms, probe_mhz), mhz, watts = measure_probed(fns[name], args.sustain_ms, sampler)
+                            row[name + "_probe_mhz"] = round(probe_mhz, 1)
+                            timed[name] = (ms, mhz, watts)
+                        else:
+                            timed[name] = measure(fns[name], protocol, args.sustain_ms, sampler)
                     except Exception as e:
                         row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
             for name, (ms, mhz, watts) in timed.items():
@@ -297,7 +340,8 @@ def main():
                 row[name + "_watts"] = watts
             rows.append(row)
             cells = "  ".join(f"{name}={row.get(name, float('nan')):6.0f}@{row.get(name + '_mhz') or 0:4.0f}MHz"
-                              f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
+                              + (f"(probe {row[name + '_probe_mhz']:4.0f})" if name + "_probe_mhz" in row else "")
+                              + f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
             print(f"{row['shape']:>18s} {protocol:9s} [{cuda_config}] {cells}", flush=True)
         del qa, qb, d, bf_a, bf_b, outs, fns
         torch.cuda.empty_cache()
@@ -309,7 +353,9 @@ def main():
                             "back-to-back for sustain_ms, then median of 50 back-to-back calls queued behind a GPU sleep of "
                             f"{HEAD_START_CYCLES} cycles; graph: ten calls in a CUDA "
                             "graph, median of 20 replays over ten; interleaved: the backends in turn, "
-                            "back-to-back for sustain_ms, then the median of 30 rounds behind a GPU sleep"}
+                            "back-to-back for sustain_ms, then the median of 30 rounds behind a GPU sleep; probed: "
+                            f"sustained, 20 rounds of 5 timed calls and a timed sleep of {PROBE_CYCLES} cycles "
+                            "(probe_mhz: its cycles over its time)"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0
