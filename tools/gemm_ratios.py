@@ -3,6 +3,10 @@ the mean over the runs of A / B, with each run's value.
 
     python tools/gemm_ratios.py run1.json run2.json --pairs cuda/deep_gemm,cuda@256x128x2/cuda
 
+With ``--split-clock``, rows of the probed protocol (which measures each backend's SM clock,
+``NAME_probe_mhz``) also give each ratio's two factors: the clock ratio and the work per clock
+(TFLOP/s over the probed clock), which repeats between runs where throughput and clock do not.
+
 Runs must come from one protocol on one GPU (ratios from different runs compare; absolute TFLOP/s
 under the power limit do not, docs/measuring.md).
 
@@ -24,7 +28,11 @@ import re
 import statistics
 
 
-def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]]) -> list[str]:
+def _fmt(vals: list[float]) -> str:
+    return f"{statistics.mean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)})" if vals else "-"
+
+
+def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]], split_clock: bool = False) -> list[str]:
     lines = [f"{'shape':18s} {'host tile':12s} {'protocol':9s} " + "  ".join(f"{a}/{b}" for a, b in pairs)]
     keys = []
     for row in runs[0]:
@@ -34,8 +42,12 @@ def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]]) -> list[str]:
         rows = [r for run in runs for r in run if r["shape"] == shape and r["protocol"] == protocol]
         cells = []
         for a, b in pairs:
-            vals = [r[a] / r[b] for r in rows if r.get(a) and r.get(b)]
-            cells.append(f"{statistics.mean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)})" if vals else "-")
+            cells.append(_fmt([r[a] / r[b] for r in rows if r.get(a) and r.get(b)]))
+            if split_clock and protocol == "probed":
+                probed = [r for r in rows if r.get(a) and r.get(b) and r.get(a + "_probe_mhz") and r.get(b + "_probe_mhz")]
+                clock = [r[a + "_probe_mhz"] / r[b + "_probe_mhz"] for r in probed]
+                work = [r[a] / r[b] / c for r, c in zip(probed, clock)]
+                cells[-1] += f" = clock {_fmt(clock)} x per clock {_fmt(work)}"
         lines.append(f"{shape:18s} {rows[0].get('cuda_config', '-'):12s} {protocol:9s} " + "  ".join(cells))
     return lines
 
@@ -88,6 +100,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="JSON files written by gemm_protocols.py --json")
     ap.add_argument("--pairs", default="cuda/deep_gemm", help="A/B,... backend or anchor names")
+    ap.add_argument("--split-clock", action="store_true",
+                    help="probed rows: each ratio as clock ratio x work-per-clock ratio (module docstring)")
     ap.add_argument("--cluster-load-factor", action="store_true",
                     help="measured over predicted 256x128x2 / one-CTA tile (module docstring)")
     args = ap.parse_args()
@@ -96,7 +110,7 @@ def main() -> None:
         print("\n".join(cluster_load_factor(runs)))
         return
     pairs = [tuple(p.split("/", 1)) for p in args.pairs.split(",")]
-    print("\n".join(ratios(runs, pairs)))
+    print("\n".join(ratios(runs, pairs, args.split_clock)))
 
 
 if __name__ == "__main__":
