@@ -76,3 +76,33 @@ def test_interleaved_calls_alternate_behind_one_sleep(queue):
 def test_interleaved_sleep_grows_with_the_calls_queued(queue):
     tool.timed_interleaved_ms({n: (lambda: None) for n in "abcde"}, 30)
     assert queue[0] == f"sleep {tool.HEAD_START_CYCLES * 3}"  # 150 calls: three times 50
+
+
+def test_interleaved_probes_time_a_sleep_after_every_call(queue):
+    fns = {"a": lambda: queue.append("a"), "b": lambda: queue.append("b")}
+    probes = {}
+    ms = tool.timed_interleaved_ms(fns, 3, probes=probes)
+    probe = f"sleep {tool.PROBE_CYCLES}"
+    assert queue[1:-1] == ["event", "a", "event", probe, "event", "event", "b", "event", probe, "event"] * 3
+    assert ms == {"a": 2.0, "b": 2.0}  # the probe stays outside the call's events
+    # the fake's ms is the entries between the events: the sleep and the probe's own record, 2
+    assert probes == {"a": pytest.approx(tool.PROBE_CYCLES / 2.0 / 1e3), "b": pytest.approx(tool.PROBE_CYCLES / 2.0 / 1e3)}
+
+
+def test_probed_rounds_time_five_calls_then_the_sleep(queue, monkeypatch):
+    monkeypatch.setattr(tool, "_load", lambda fns, ms, calls: queue.append("load"))
+
+    class Sampler:
+        def window(self, fn):
+            return fn(), 1500.0, 700.0
+
+        def restart(self):
+            queue.append("restart")
+
+    (ms, mhz), nvml_mhz, watts = tool.measure_probed(lambda: queue.append("call"), 600.0, Sampler(), rounds=2, calls=5)
+    start = queue.index("load") + 2  # the load, then the head start's sleep
+    assert queue[start - 1] == f"sleep {tool.HEAD_START_CYCLES}"
+    one_round = ["event"] + ["call"] * 5 + ["event", f"sleep {tool.PROBE_CYCLES}", "event"]
+    assert queue[start:start + 2 * len(one_round)] == one_round * 2
+    assert ms == pytest.approx(6.0 / 5)  # five calls and the end event between the two events
+    assert mhz == pytest.approx(tool.PROBE_CYCLES / 2.0 / 1e3) and (nvml_mhz, watts) == (1500.0, 700.0)

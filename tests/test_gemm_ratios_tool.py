@@ -49,3 +49,14 @@ def test_cluster_load_factor_reads_runs_where_the_host_picked_the_cluster():
     lines = tool.cluster_load_factor(runs)
     assert len(lines) == 2 and "one-CTA (256, 128, 1)" in lines[0]
     assert float(lines[0].split("ratio ")[1]) == pytest.approx(1.03 / predicted, abs=1e-3)
+
+
+def test_split_clock_factors_each_ratio_into_clock_and_work_per_clock():
+    def probed(cuda, cuda_mhz, dg, dg_mhz):
+        return {"shape": "8192x4096x4096", "protocol": "probed", "cuda_config": "256x128x2/1", "cuda": cuda,
+                "cuda_probe_mhz": cuda_mhz, "deep_gemm": dg, "deep_gemm_probe_mhz": dg_mhz}
+
+    runs = [[probed(1100.0, 1400.0, 1000.0, 1400.0)], [probed(990.0, 1260.0, 1000.0, 1400.0)]]
+    line = tool.ratios(runs, [("cuda", "deep_gemm")], split_clock=True)[1]
+    assert "1.045 (1.100, 0.990) = clock 0.950 (1.000, 0.900) x per clock 1.100 (1.100, 1.100)" in line
+    assert "clock" not in tool.ratios(runs, [("cuda", "deep_gemm")])[1]  # only when asked

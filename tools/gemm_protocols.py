@@ -18,6 +18,9 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              timed rounds queued behind a GPU sleep, the median per backend. All backends run in
              one power state and at one clock, so the ratios are work per clock under the cap,
              without the energy a kernel draws deciding its own clock (sustained keeps that).
+  interleaved_probed  interleaved, each call followed by the probe below (`NAME_probe_mhz`: the
+             clock right after that backend's call, which tells whether the backends of one window
+             really share one clock); the probes also lower the window's power.
   probed     sustained, with the clock measured instead of sampled: back to back for --sustain-ms,
              then 20 rounds of five timed calls each followed by a timed GPU sleep of PROBE_CYCLES
              SM cycles (torch.cuda._sleep counts clock64); the sleep's cycles over its time is the
@@ -66,18 +69,23 @@ _FLUSH = None
 # GPU cycles of the sleep that the sustained protocol's timed calls queue behind (2-3 ms at the
 # H100 / H200 clocks): enough for the host to enqueue 50 calls of up to ~40 us host cost each.
 HEAD_START_CYCLES = 4_000_000
+# SM cycles of the clock probe (about 0.1 ms at the clocks under the power cap, so CUDA events'
+# ~0.5 us resolution is well under 1 %, and short against the firmware's reaction to the idle gap).
+PROBE_CYCLES = 150_000
 
 
-def _timed_ms(fns, reps, flush, head_start, on_gpu_start):
+def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None):
     """{name: median ms} of reps rounds calling each function of fns in turn, each call between two
     CUDA events. flush: a 256 MB write before every call. head_start: all calls queue behind a GPU
     sleep (HEAD_START_CYCLES for every 50 of them), and on_gpu_start runs once the GPU has reached
-    the first (the clock sampler drops what it saw during the sleep)."""
+    the first (the clock sampler drops what it saw during the sleep). probes: a dict that receives
+    {name: median MHz} of a timed GPU sleep of PROBE_CYCLES after each call."""
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns}
     ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns}
+    probed = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns} if probes is not None else None
     if head_start:
         torch.cuda._sleep(HEAD_START_CYCLES * max(1, reps * len(fns) // 50))
     for i in range(reps):
@@ -87,12 +95,18 @@ def _timed_ms(fns, reps, flush, head_start, on_gpu_start):
             starts[n][i].record()
             fn()
             ends[n][i].record()
+            if probed is not None:
+                torch.cuda._sleep(PROBE_CYCLES)
+                probed[n][i].record()
     if head_start and on_gpu_start is not None:
         first = starts[next(iter(fns))][0]
         while not first.query():
             time.sleep(5e-5)
         on_gpu_start()
     torch.cuda.synchronize()
+    if probed is not None:
+        probes.update({n: PROBE_CYCLES / statistics.median(e.elapsed_time(p) for e, p in zip(ends[n], probed[n])) / 1e3
+                       for n in fns})
     return {n: statistics.median(s.elapsed_time(e) for s, e in zip(starts[n], ends[n])) for n in fns}
 
 
@@ -101,10 +115,10 @@ def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
     return _timed_ms({"fn": fn}, reps, flush, head_start, on_gpu_start)["fn"]
 
 
-def timed_interleaved_ms(fns, rounds, on_gpu_start=None):
+def timed_interleaved_ms(fns, rounds, on_gpu_start=None, probes=None):
     """Median ms per function of fns (a dict) called in turn for the given number of rounds, all
     queued behind the GPU sleep (see _timed_ms)."""
-    return _timed_ms(fns, rounds, False, True, on_gpu_start)
+    return _timed_ms(fns, rounds, False, True, on_gpu_start, probes)
 
 
 def _load(fns, sustain_ms, calls_per_sync):
@@ -117,19 +131,15 @@ def _load(fns, sustain_ms, calls_per_sync):
         torch.cuda.synchronize()
 
 
-def measure_interleaved(fns, sustain_ms, sampler, rounds=30):
-    """{name: ms} of the interleaved protocol, with the clock and power of the shared window."""
+def measure_interleaved(fns, sustain_ms, sampler, rounds=30, probes=None):
+    """{name: ms} of the interleaved protocol, with the clock and power of the shared window (and,
+    given a dict for probes, each backend's probed clock: interleaved_probed)."""
     for fn in fns.values():
         for _ in range(5):
             fn()
     torch.cuda.synchronize()
     _load(fns.values(), sustain_ms, 1)
-    return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart))
-
-
-# SM cycles of the clock probe (about 0.1 ms at the clocks under the power cap, so CUDA events'
-# ~0.5 us resolution is well under 1 %, and short against the firmware's reaction to the idle gap).
-PROBE_CYCLES = 150_000
+    return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart, probes=probes))
 
 
 def measure_probed(fn, sustain_ms, sampler, rounds=20, calls=5):
@@ -319,9 +329,13 @@ def main():
         for protocol in args.protocols.split(","):
             row = {"shape": f"{m}x{n}x{k}", "protocol": protocol, "order": names, "rel_err": errors,
                    "refused": refused, "cuda_config": cuda_config}
-            if protocol == "interleaved":  # one window for all backends
-                times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler)
+            if protocol.startswith("interleaved"):  # one window for all backends
+                probes = {} if protocol == "interleaved_probed" else None
+                times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler,
+                                                        probes=probes)
                 timed = {name: (ms, mhz, watts) for name, ms in times.items()}
+                for name, probe_mhz in (probes or {}).items():
+                    row[name + "_probe_mhz"] = round(probe_mhz, 1)
             else:
                 timed = {}
                 for name in names:
@@ -355,7 +369,8 @@ def main():
                             "graph, median of 20 replays over ten; interleaved: the backends in turn, "
                             "back-to-back for sustain_ms, then the median of 30 rounds behind a GPU sleep; probed: "
                             f"sustained, 20 rounds of 5 timed calls and a timed sleep of {PROBE_CYCLES} cycles "
-                            "(probe_mhz: its cycles over its time)"}
+                            "(probe_mhz: its cycles over its time); interleaved_probed: interleaved with that sleep timed "
+                            "after every call"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0

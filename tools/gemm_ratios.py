@@ -3,7 +3,7 @@ the mean over the runs of A / B, with each run's value.
 
     python tools/gemm_ratios.py run1.json run2.json --pairs cuda/deep_gemm,cuda@256x128x2/cuda
 
-With ``--split-clock``, rows of the probed protocol (which measures each backend's SM clock,
+With ``--split-clock``, rows of the probed protocols (which measure each backend's SM clock,
 ``NAME_probe_mhz``) also give each ratio's two factors: the clock ratio and the work per clock
 (TFLOP/s over the probed clock), which repeats between runs where throughput and clock do not.
 
@@ -43,7 +43,7 @@ def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]], split_clock: bo
         cells = []
         for a, b in pairs:
             cells.append(_fmt([r[a] / r[b] for r in rows if r.get(a) and r.get(b)]))
-            if split_clock and protocol == "probed":
+            if split_clock and protocol in ("probed", "interleaved_probed"):
                 probed = [r for r in rows if r.get(a) and r.get(b) and r.get(a + "_probe_mhz") and r.get(b + "_probe_mhz")]
                 clock = [r[a + "_probe_mhz"] / r[b + "_probe_mhz"] for r in probed]
                 work = [r[a] / r[b] / c for r, c in zip(probed, clock)]

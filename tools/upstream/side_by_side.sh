@@ -11,7 +11,7 @@
 # compile+captured, one process per package with turns interleaved),
 # gemm (tools/gemm_protocols.py with the deep_gemm column; GEMM_LIBS="NAME=PATH ..." adds kernel
 # variant libraries for lib:NAME@cfg backends; GEMM_SHAPES, GEMM_BACKENDS, GEMM_ANCHORS,
-# GEMM_SUSTAIN_MS, GEMM_RUNS, GEMM_RUN_BEFORE), ncu (ours and deep_gemm in one Nsight Compute
+# GEMM_SUSTAIN_MS, GEMM_PROTOCOLS, GEMM_RUNS, GEMM_RUN_BEFORE), ncu (ours and deep_gemm in one Nsight Compute
 # profile; NCU_CFGS: BMxBNxCL or LIB.so@BMxBNxCL; per-SASS stall samples in ncu_gemm_sass.csv.gz),
 # tests (the GPU suite), ab (tools/graph_ab.py over AB_LIBS="A=PATH B=PATH" with AB_ARGS). REPO_COMMIT names the commit of the tree (recorded);
 # BLOCK_ARGS adds arguments to the block phases (later ones win: --modes compile --variants bf16,fp8).
@@ -101,7 +101,8 @@ for phase in "$@"; do
         fi
         name=gemm; [ "${GEMM_RUNS:-1}" -gt 1 ] && name=gemm_run$r
         python tools/gemm_protocols.py --upstream-path "$UP" --json "$OUT/$name.json" ${GEMM_SHAPES:+--shapes $GEMM_SHAPES} "${libs[@]}" \
-          ${GEMM_SUSTAIN_MS:+--sustain-ms $GEMM_SUSTAIN_MS} --backends "${GEMM_BACKENDS:-cuda}" \
+          ${GEMM_SUSTAIN_MS:+--sustain-ms $GEMM_SUSTAIN_MS} ${GEMM_PROTOCOLS:+--protocols $GEMM_PROTOCOLS} \
+          --backends "${GEMM_BACKENDS:-cuda}" \
           --anchors "${GEMM_ANCHORS:-cublas_blockwise,cublas_tensorwise,cublas_bf16}" > "$OUT/$name.log" 2>&1
         echo "gemm run $r rc=$? at $(( $(date +%s) - g0 )) s"; tail -30 "$OUT/$name.log"
       done ;;
