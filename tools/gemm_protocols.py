@@ -74,12 +74,13 @@ HEAD_START_CYCLES = 4_000_000
 PROBE_CYCLES = 150_000
 
 
-def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None):
+def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=1):
     """{name: median ms} of reps rounds calling each function of fns in turn, each call between two
     CUDA events. flush: a 256 MB write before every call. head_start: all calls queue behind a GPU
-    sleep (HEAD_START_CYCLES for every 50 of them), and on_gpu_start runs once the GPU has reached
-    the first (the clock sampler drops what it saw during the sleep). probes: a dict that receives
-    {name: median MHz} of a timed GPU sleep of PROBE_CYCLES after each call."""
+    sleep (HEAD_START_CYCLES for every 50 GEMM launches, `launches` a call), and on_gpu_start runs
+    once the GPU has reached the first (the clock sampler drops what it saw during the sleep).
+    probes: a dict that receives {name: median MHz} of a timed GPU sleep of PROBE_CYCLES after
+    each call."""
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -87,7 +88,7 @@ def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None):
     ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns}
     probed = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns} if probes is not None else None
     if head_start:
-        torch.cuda._sleep(HEAD_START_CYCLES * max(1, reps * len(fns) // 50))
+        torch.cuda._sleep(HEAD_START_CYCLES * max(1, reps * len(fns) * launches // 50))
     for i in range(reps):
         for n, fn in fns.items():
             if flush:
@@ -143,31 +144,21 @@ def measure_interleaved(fns, sustain_ms, sampler, rounds=30, probes=None):
 
 
 def measure_probed(fn, sustain_ms, sampler, rounds=20, calls=5):
-    """((ms a call, probed MHz), NVML MHz, W) of the probed protocol (module docstring)."""
+    """((ms a call, probed MHz), NVML MHz, W) of the probed protocol (module docstring): rounds of
+    `calls` back-to-back calls timed together, each followed by the probe."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
     _load([fn], sustain_ms, 10)
 
-    def run():
-        marks = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(rounds)]
-        torch.cuda._sleep(HEAD_START_CYCLES * max(1, rounds * calls // 50))
-        for start, end, probed in marks:
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            torch.cuda._sleep(PROBE_CYCLES)
-            probed.record()
-        while not marks[0][0].query():
-            time.sleep(5e-5)
-        sampler.restart()
-        torch.cuda.synchronize()
-        ms = statistics.median(a.elapsed_time(b) for a, b, _ in marks) / calls
-        probe_ms = statistics.median(b.elapsed_time(c) for _, b, c in marks)
-        return ms, PROBE_CYCLES / probe_ms / 1e3
+    def block():
+        for _ in range(calls):
+            fn()
 
-    return sampler.window(run)
+    probes = {}
+    times, mhz, watts = sampler.window(lambda: _timed_ms({"fn": block}, rounds, False, True, sampler.restart,
+                                                         probes, launches=calls))
+    return (times["fn"] / calls, probes["fn"]), mhz, watts
 
 
 def graph_of(fn, calls):
