@@ -3,14 +3,16 @@
 # standalone SM90 binaries (variant:MxNxK:BM,BN,CL), cuBLAS blockwise _scaled_mm ("cublas:MxNxK")
 # and cuBLAS tensorwise _scaled_mm, the plain FP8 GEMM without per-block scales ("cublastw:MxNxK").
 # Clocks are left as they are. NCU_CACHE=none keeps L2 warm between the profiler's passes (what
-# CUDA-graph replays see; the default flushes it, a cold start from DRAM).
+# CUDA-graph replays see; the default flushes it, a cold start from DRAM). The SMs' active-cycle
+# spread (min / max beside the mean: how far the slowest CTAs run past the rest) is collected too.
 #   bash tools/ncu_gemm.sh OUTDIR RUN...
 set -uo pipefail
 OUTDIR=$1
 shift
 BIN=${SM90_BIN:-.carry/sm90bin}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
-SECTIONS=(--cache-control "${NCU_CACHE:-all}" --set detailed --section WarpStateStats --section InstructionStats --section SourceCounters)
+SECTIONS=(--cache-control "${NCU_CACHE:-all}" --set detailed --section WarpStateStats --section InstructionStats --section SourceCounters
+  --metrics sm__cycles_active.min,sm__cycles_active.max)
 for run in "$@"; do
   IFS=: read -r v shape cfg <<< "$run"
   tag=${v}_${shape}${cfg:+_${cfg//,/x}}
