@@ -91,6 +91,7 @@ def test_interleaved_probes_time_a_sleep_after_every_call(queue):
 
 def test_probed_rounds_time_five_calls_then_the_sleep(queue, monkeypatch):
     monkeypatch.setattr(tool, "_load", lambda fns, ms, calls: queue.append("load"))
+    monkeypatch.setattr(tool, "PROBED_ROUNDS", 2)
 
     class Sampler:
         def window(self, fn):
@@ -99,7 +100,9 @@ def test_probed_rounds_time_five_calls_then_the_sleep(queue, monkeypatch):
         def restart(self):
             queue.append("restart")
 
-    (ms, mhz), nvml_mhz, watts = tool.measure_probed(lambda: queue.append("call"), 600.0, Sampler(), rounds=2, calls=5)
+    probes = {}
+    ms, nvml_mhz, watts = tool.measure(lambda: queue.append("call"), "probed", 600.0, Sampler(), probes)
+    mhz = probes["fn"]
     start = queue.index("load") + 2  # the load, then the head start's sleep
     assert queue[start - 1] == f"sleep {tool.HEAD_START_CYCLES}"
     one_round = ["event"] + ["call"] * 5 + ["event", f"sleep {tool.PROBE_CYCLES}", "event"]

@@ -22,10 +22,11 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              clock right after that backend's call, which tells whether the backends of one window
              really share one clock); the probes also lower the window's power.
   probed     sustained, with the clock measured instead of sampled: back to back for --sustain-ms,
-             then 20 rounds of five timed calls each followed by a timed GPU sleep of PROBE_CYCLES
-             SM cycles (torch.cuda._sleep counts clock64); the sleep's cycles over its time is the
-             SM clock the backend's own load left the GPU at (`NAME_probe_mhz`). NVML's 5 ms
-             samples (`NAME_mhz`) did not follow the clock each kernel ran at (docs/sm90-gemm.md).
+             then PROBED_ROUNDS (20) rounds of PROBED_CALLS (5) timed calls, each round followed
+             by a timed GPU sleep of PROBE_CYCLES SM cycles (torch.cuda._sleep counts clock64);
+             the sleep's cycles over its time is the SM clock the backend's own load left the GPU
+             at (`NAME_probe_mhz`). NVML's 5 ms samples (`NAME_mhz`) did not follow the clock each
+             kernel ran at (docs/sm90-gemm.md).
 Each row times our backends and the anchors in the same process, each call between CUDA events
 (median), with the SM clock and board power sampled through NVML while the timed calls run; the
 order of the backends rotates from shape to shape. Anchors: cuBLAS blockwise and tensorwise
@@ -72,6 +73,8 @@ HEAD_START_CYCLES = 4_000_000
 # SM cycles of the clock probe (about 0.1 ms at the clocks under the power cap, so CUDA events'
 # ~0.5 us resolution is well under 1 %, and short against the firmware's reaction to the idle gap).
 PROBE_CYCLES = 150_000
+# The probed protocol's timed rounds, each of PROBED_CALLS back-to-back calls and one probe.
+PROBED_ROUNDS, PROBED_CALLS = 20, 5
 
 
 def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=1):
@@ -143,22 +146,17 @@ def measure_interleaved(fns, sustain_ms, sampler, rounds=30, probes=None):
     return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart, probes=probes))
 
 
-def measure_probed(fn, sustain_ms, sampler, rounds=20, calls=5):
-    """((ms a call, probed MHz), NVML MHz, W) of the probed protocol (module docstring): rounds of
-    `calls` back-to-back calls timed together, each followed by the probe."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    _load([fn], sustain_ms, 10)
-
+def _probed_window(fn, sampler, probes):
+    """(ms a call, NVML MHz, W) of the probed protocol's timed part (module docstring): PROBED_ROUNDS
+    rounds of PROBED_CALLS back-to-back calls timed together, each followed by the probe
+    (probes["fn"])."""
     def block():
-        for _ in range(calls):
+        for _ in range(PROBED_CALLS):
             fn()
 
-    probes = {}
-    times, mhz, watts = sampler.window(lambda: _timed_ms({"fn": block}, rounds, False, True, sampler.restart,
-                                                         probes, launches=calls))
-    return (times["fn"] / calls, probes["fn"]), mhz, watts
+    times, mhz, watts = sampler.window(lambda: _timed_ms({"fn": block}, PROBED_ROUNDS, False, True, sampler.restart,
+                                                         probes, launches=PROBED_CALLS))
+    return times["fn"] / PROBED_CALLS, mhz, watts
 
 
 def graph_of(fn, calls):
@@ -171,7 +169,9 @@ def graph_of(fn, calls):
     return graph
 
 
-def measure(fn, protocol, sustain_ms, sampler):
+def measure(fn, protocol, sustain_ms, sampler, probes=None):
+    """(ms a call, NVML MHz, W) of one backend under protocol (module docstring); probed also puts
+    the probed MHz into probes["fn"]."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -179,8 +179,10 @@ def measure(fn, protocol, sustain_ms, sampler):
         graph = graph_of(fn, 10)
         ms, mhz, watts = sampler.window(lambda: timed_median_ms(graph.replay, 20, flush=False))
         return ms / 10, mhz, watts
-    if protocol == "sustained":
+    if protocol in ("sustained", "probed"):
         _load([fn], sustain_ms, 10)
+        if protocol == "probed":
+            return _probed_window(fn, sampler, probes)
         return sampler.window(lambda: timed_median_ms(fn, 50, flush=False, head_start=True,
                                                       on_gpu_start=sampler.restart))
     return sampler.window(lambda: timed_median_ms(fn, 20, flush=True))
@@ -331,12 +333,10 @@ def main():
                 timed = {}
                 for name in names:
                     try:
-                        if protocol == "probed":
-                            (ms, probe_mhz), mhz, watts = measure_probed(fns[name], args.sustain_ms, sampler)
-                            row[name + "_probe_mhz"] = round(probe_mhz, 1)
-                            timed[name] = (ms, mhz, watts)
-                        else:
-                            timed[name] = measure(fns[name], protocol, args.sustain_ms, sampler)
+                        probes = {} if protocol == "probed" else None
+                        timed[name] = measure(fns[name], protocol, args.sustain_ms, sampler, probes)
+                        if probes:
+                            row[name + "_probe_mhz"] = round(probes["fn"], 1)
                     except Exception as e:
                         row[name + "_error"] = f"{type(e).__name__}: {str(e)[:160]}"
             for name, (ms, mhz, watts) in timed.items():
@@ -359,7 +359,8 @@ def main():
                             f"{HEAD_START_CYCLES} cycles; graph: ten calls in a CUDA "
                             "graph, median of 20 replays over ten; interleaved: the backends in turn, "
                             "back-to-back for sustain_ms, then the median of 30 rounds behind a GPU sleep; probed: "
-                            f"sustained, 20 rounds of 5 timed calls and a timed sleep of {PROBE_CYCLES} cycles "
+                            f"sustained, {PROBED_ROUNDS} rounds of {PROBED_CALLS} timed calls and a timed sleep of "
+                            f"{PROBE_CYCLES} cycles "
                             "(probe_mhz: its cycles over its time); interleaved_probed: interleaved with that sleep timed "
                             "after every call"}
         with open(args.json, "w") as f:
