@@ -20,6 +20,9 @@ COLUMNS = [  # (heading, metric, scale)
     ("to SMs MB", "l1tex__m_xbar2l1tex_read_bytes.sum", 1e-6),
 ]
 
+# ncu's units to bytes and nanoseconds (it picks the unit per value); sectors and cycles stay as they are
+UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3, "msecond": 1e6}
+
 
 def launches(path: str) -> list[tuple[str, dict[str, float]]]:
     with open(path) as f:
@@ -29,9 +32,7 @@ def launches(path: str) -> list[tuple[str, dict[str, float]]]:
     for r in rows:
         name, metrics = out.setdefault(r["ID"], (r["Kernel Name"], {}))
         value = float(r["Metric Value"].replace(",", ""))
-        unit = r["Metric Unit"]
-        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3, "msecond": 1e6}
-        metrics[r["Metric Name"]] = value * scale.get(unit, 1)
+        metrics[r["Metric Name"]] = value * UNIT_SCALE.get(r["Metric Unit"], 1)
     return [out[k] for k in sorted(out, key=int)]
 
 
