@@ -1055,34 +1055,42 @@ const char* launch_any_k(const Params& p, const void* a, int64_t lda, const void
 
 }  // namespace
 
-// The instantiations the host may pick (ltx_kernels/gemm.py chooses among them per shape).
+namespace {
+// The instantiations the host may pick (ltx_kernels/gemm.py chooses among them per shape): calls
+// f.template operator()<BM, BN, CLUSTER>() for cfg, or returns `unsupported` for any other cfg.
+template <typename R, typename F>
+R with_tile(const TileConfig& cfg, R unsupported, F f) {
+  switch (cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster) {
+    case 1280641: return f.template operator()<128, 64, 1>();
+    case 1281281: return f.template operator()<128, 128, 1>();
+    case 1281282: return f.template operator()<128, 128, 2>();
+    case 1281921: return f.template operator()<128, 192, 1>();
+    case 1921281: return f.template operator()<192, 128, 1>();
+    case 2561281: return f.template operator()<256, 128, 1>();
+    case 2561282: return f.template operator()<256, 128, 2>();
+    default: return unsupported;
+  }
+}
+}  // namespace
+
 const char* launch(const Params& p, const void* a, int64_t lda, const void* b, int64_t ldb, const TileConfig& cfg,
                    int num_sms, cudaStream_t stream) {
-  const int key = cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster;
-  switch (key) {
-    case 1280641: return launch_any_k<128, 64, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 1281281: return launch_any_k<128, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 1281282: return launch_any_k<128, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
-    case 1281921: return launch_any_k<128, 192, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 1921281: return launch_any_k<192, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 2561281: return launch_any_k<256, 128, 1>(p, a, lda, b, ldb, num_sms, stream);
-    case 2561282: return launch_any_k<256, 128, 2>(p, a, lda, b, ldb, num_sms, stream);
-    default: return "unsupported tile config: (block_m, block_n, cluster) must be one of (128,64,1), (128,128,1|2), (128,192,1), (192,128,1), (256,128,1|2)";
-  }
+  return with_tile(cfg,
+                   "unsupported tile config: (block_m, block_n, cluster) must be one of (128,64,1), (128,128,1|2), "
+                   "(128,192,1), (192,128,1), (256,128,1|2)",
+                   [&]<int BM, int BN, int CLUSTER>() { return launch_any_k<BM, BN, CLUSTER>(p, a, lda, b, ldb, num_sms, stream); });
 }
 
 int pair_k_ctas(const TileConfig& cfg, int num_sms) {
-  int dev = 0, max_ctas = 0, pair_ctas = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  const char* e = nullptr;
-  switch (cfg.block_m * 10000 + cfg.block_n * 10 + cfg.cluster) {
-    case 1280641: e = prepare<128, 64, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
-    case 1281281: e = prepare<128, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
-    case 1921281: e = prepare<192, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
-    case 2561281: e = prepare<256, 128, 1, false>(dev, num_sms, max_ctas, &pair_ctas); break;
-    default: return 0;
-  }
-  return e ? 0 : pair_ctas;
+  return with_tile(cfg, 0, [&]<int BM, int BN, int CLUSTER>() {
+    if constexpr (CLUSTER > 1 || !Config<BM, BN, CLUSTER>::kPairFits) {
+      return 0;
+    } else {
+      int dev = 0, max_ctas = 0, pair_ctas = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+      return prepare<BM, BN, CLUSTER, false>(dev, num_sms, max_ctas, &pair_ctas) ? 0 : pair_ctas;
+    }
+  });
 }
 
 bool uses_workspace(const Params& p, const TileConfig& cfg, int num_sms) {
