@@ -29,6 +29,7 @@ mod = _ext.load("_C_gemm_sm90")[0]
 for m, n, k in ((1, 128, 128), (130, 384, 640), (300, 256, 1024)):
     qa, sa = lk.quantize_blockwise(torch.randn(m, k, device="cuda"))
     qb, sb = lk.quantize_weights_blockwise(torch.randn(n, k, device="cuda"))
+    sa, sb = lk.gemm._tma_scales(sa), lk.gemm._tma_weight_scales(sb)  # the layouts the TMA reads
     for cfg in lk.gemm.SM90_TILES:
         for splits in (1, 2, 4) if k >= 1024 else (1,):  # split-K: fp32 slices, then the reduce kernel
             d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -36,4 +37,6 @@ for m, n, k in ((1, 128, 128), (130, 384, 640), (300, 256, 1024)):
 torch.cuda.synchronize()
 print("memcheck run done")
 PY
-echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|memcheck run done' "$OUTDIR/memcheck.log" | tr '\n' ' ')"
+rc=$?
+grep -q "memcheck run done" "$OUTDIR/memcheck.log" || echo "memcheck: the script did not finish (its error is in memcheck.log)"
+echo "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY|memcheck run done' "$OUTDIR/memcheck.log" | tr '\n' ' ')"
