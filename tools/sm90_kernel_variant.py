@@ -59,6 +59,9 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
              what the epilogue costs at most
   nostore    timing only, wrong results: the epilogue stages the tile but issues no TMA store (no
              output traffic, no store reading the staging boxes)
+  noop       timing only, no results: every CTA returns at its first instruction (the launch alone:
+             its grid, threads, shared memory and parameters, what a profile's elapsed cycles keep
+             when the CTAs do nothing)
   nobar      timing only, may write wrong results: the epilogue's per-box named barriers and proxy
              fence are left out (each box written and stored without waiting for the consumer's
              other warps)
@@ -794,6 +797,8 @@ REPLACEMENTS = {
     "epiafter": EPIAFTER,
     "nostore": [("          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);\n",
                  "          if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);  // timing only\n")],
+    "noop": [("  using Cfg = Config<BM, BN, CLUSTER>;\n",
+              "  using Cfg = Config<BM, BN, CLUSTER>;\n  if (p.M > 0) return;  // timing only: the launch alone\n")],
     "nobar": [(_BOX_FREE, ""), (_BOX_FENCE_BAR, "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
 #pragma unroll
