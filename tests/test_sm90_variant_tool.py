@@ -22,7 +22,7 @@ KERNEL = "fp8_gemm_sm90_kernel.cu"
                                      "epiafter+boxes+rank0a+samc+ngroup8+hint+relfirst", "noepi", "nostore",
                                      "nobar", "nobar+nostorewait", "cvtint", "pdl", "warpbox", "stgpk", "lent", "twowaves",
                                      "onebar", "sbuf3", "stsm", "onebar+sbuf3+stsm", "early",
-                                     "early+hint", "noop"])
+                                     "early+hint", "noop", "stamps"])
 def test_variant_applies_to_the_current_kernel(variant, tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), variant, str(SRC), str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -62,6 +62,11 @@ the harness reports "check WRONG" and still times them; LTX_SM90_CHECK=0 skips t
   noop       timing only, no results: every CTA returns at its first instruction (the launch alone:
              its grid, threads, shared memory and parameters, what a profile's elapsed cycles keep
              when the CTAs do nothing)
+  stamps     every CTA records its SM, its start and its end (the global timer in ns and the SM's
+             cycle counter: its first thread at entry, the last warp to leave by an atomic max) in
+             g_cta_stamps; the standalone harness built with -DLTX_SM90_STAMPS prints how the CTAs'
+             starts and ends spread across the SMs (build: NAME:stamps=-DLTX_SM90_STAMPS); 128x128x1
+             and the whole-ring 256x128 builds keep no stack with it, the others 8-56 bytes
   nobar      timing only, may write wrong results: the epilogue's per-box named barriers and proxy
              fence are left out (each box written and stored without waiting for the consumer's
              other warps)
@@ -778,6 +783,44 @@ EARLY = [
 
 
 # variant -> the (old, new) line replacements it makes, each old text found exactly once
+# stamps: a CTA's SM, start and end as 5 words of g_cta_stamps (global ns at entry, global ns at the
+# last warp's exit, SM cycles at entry, SM cycles at that exit, SM id); the destructor of a local
+# object runs at every return of the kernel, whichever role's path it ends
+STAMPS = [("template <int BM, int BN, int CLUSTER, bool kWholeRing>\n__global__ void",
+           """constexpr int kStampCtas = 4096;
+__device__ unsigned long long g_cta_stamps[5 * kStampCtas];  // timing only (stamps)
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct CtaStamp {  // no members: nothing held in registers across the kernel
+  __device__ static unsigned long long* slot() { return blockIdx.x < kStampCtas ? g_cta_stamps + 5 * blockIdx.x : nullptr; }
+  __device__ CtaStamp() {
+    unsigned long long* w = slot();
+    if (w && threadIdx.x == 0) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      w[0] = global_ns();
+      w[2] = clock64();
+      w[4] = sm;
+    }
+  }
+  __device__ ~CtaStamp() {
+    unsigned long long* w = slot();
+    if (w && threadIdx.x % 32 == 0) {
+      atomicMax(w + 1, global_ns());
+      atomicMax(w + 3, static_cast<unsigned long long>(clock64()));
+    }
+  }
+};
+
+template <int BM, int BN, int CLUSTER, bool kWholeRing>
+__global__ void"""),
+          ("  using Cfg = Config<BM, BN, CLUSTER>;\n",
+           "  using Cfg = Config<BM, BN, CLUSTER>;\n  const CtaStamp cta_stamp;  // timing only\n")]
+
+
 REPLACEMENTS = {
     "hint": HINT,
     "cvtint": CVTINT,
@@ -799,6 +842,7 @@ REPLACEMENTS = {
                  "          if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);  // timing only\n")],
     "noop": [("  using Cfg = Config<BM, BN, CLUSTER>;\n",
               "  using Cfg = Config<BM, BN, CLUSTER>;\n  if (p.M > 0) return;  // timing only: the launch alone\n")],
+    "stamps": STAMPS,
     "nobar": [(_BOX_FREE, ""), (_BOX_FENCE_BAR, "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
 #pragma unroll

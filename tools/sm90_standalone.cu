@@ -6,6 +6,7 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 tools/sm90_standalone.cu -o sm90_standalone
 //   [LTX_SM90_DATA=full] [LTX_SM90_SUSTAIN_MS=2000] [LTX_SM90_CHECK=0] ./sm90_standalone M N K BM BN CLUSTER [reps]
 // LTX_SM90_CHECK=0 skips the check, for kernel builds that compute wrong results on purpose.
+// Built with -DLTX_SM90_STAMPS over the stamps variant, it also prints the CTAs' start / end spread.
 #include "sm90_lib.cu"  // the C entry point, over the kernel of the -I folder (this or another checkout)
 
 #include <dlfcn.h>
@@ -77,6 +78,60 @@ static float bf16_value(uint16_t v) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+#ifdef LTX_SM90_STAMPS
+// One more launch with the stamps variant's per-CTA records (tools/sm90_kernel_variant.py stamps):
+// how the CTAs' starts and ends spread across the SMs, against the launch's own span.
+template <typename Run>
+void print_cta_stamps(Run run) {
+  using ltx_gemm_sm90::g_cta_stamps;
+  using ltx_gemm_sm90::kStampCtas;
+  std::vector<unsigned long long> st(5 * kStampCtas, 0);
+  CHECK(cudaMemcpyToSymbol(g_cta_stamps, st.data(), st.size() * 8));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaEventRecord(e0));
+  run();
+  CHECK(cudaEventRecord(e1));
+  CHECK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CHECK(cudaMemcpyFromSymbol(st.data(), g_cta_stamps, st.size() * 8));
+  std::vector<double> start, end, ns, cycles;
+  for (int c = 0; c < kStampCtas && st[5 * c] != 0; ++c) {
+    start.push_back(double(st[5 * c]));
+    end.push_back(double(st[5 * c + 1]));
+    ns.push_back(double(st[5 * c + 1] - st[5 * c]));
+    cycles.push_back(double(st[5 * c + 3] - st[5 * c + 2]));
+  }
+  const int n = int(start.size());
+  if (n == 0) {
+    std::printf("stamps: no CTA recorded (not the stamps variant?)\n");
+    return;
+  }
+  const double t0 = *std::min_element(start.begin(), start.end());
+  const double t1 = *std::max_element(end.begin(), end.end());
+  int last = 0;  // the CTA that ended last
+  for (int c = 1; c < n; ++c)
+    if (end[c] > end[last]) last = c;
+  auto pct = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5))];
+  };
+  std::vector<double> start_off(n), end_off(n);
+  for (int c = 0; c < n; ++c) start_off[c] = start[c] - t0, end_off[c] = t1 - end[c];
+  std::printf("stamps: %d CTAs, event %.2f us, first start to last end %.2f us\n", n, ms * 1e3, (t1 - t0) * 1e-3);
+  std::printf("stamps: start after the first, ns: median %.0f, p90 %.0f, max %.0f\n", pct(start_off, 0.5),
+              pct(start_off, 0.9), pct(start_off, 1.0));
+  std::printf("stamps: end before the last, ns: median %.0f, p90 %.0f, max %.0f\n", pct(end_off, 0.5),
+              pct(end_off, 0.9), pct(end_off, 1.0));
+  std::printf("stamps: CTA duration, ns: min %.0f, median %.0f, max %.0f; cycles: min %.0f, median %.0f, max %.0f\n",
+              pct(ns, 0.0), pct(ns, 0.5), pct(ns, 1.0), pct(cycles, 0.0), pct(cycles, 0.5), pct(cycles, 1.0));
+  std::printf("stamps: the last to end: CTA %d on SM %llu, started %.0f ns after the first, ran %.0f ns (%.0f cycles)\n",
+              last, st[5 * last + 4], start_off[last], ns[last], cycles[last]);
+}
+#endif
 
 int main(int argc, char** argv) {
   if (argc < 7) {
@@ -196,5 +251,8 @@ int main(int argc, char** argv) {
   const double med = ms[reps / 2];
   std::printf("%dx%dx%d tile %dx%dx%d: %.1f us, %.0f TFLOP/s, SM clock %.0f MHz\n", M, N, K, cfg.block_m, cfg.block_n,
               cfg.cluster, med * 1e3, 2.0 * M * N * K / (med * 1e-3) / 1e12, mhz[reps / 2]);
+#ifdef LTX_SM90_STAMPS
+  print_cta_stamps(run);
+#endif
   return verdict[0] == 'o' ? 0 : 1;
 }
