@@ -782,7 +782,9 @@ EARLY = [
 ]
 
 
-# variant -> the (old, new) line replacements it makes, each old text found exactly once
+# the kernel body's first line: noop and stamps insert their line after it
+_CFG_LINE = "  using Cfg = Config<BM, BN, CLUSTER>;\n"
+
 # stamps: a CTA's SM, start and end as 5 words of g_cta_stamps (global ns at entry, global ns at the
 # last warp's exit, SM cycles at entry, SM cycles at that exit, SM id); the destructor of a local
 # object runs at every return of the kernel, whichever role's path it ends
@@ -817,10 +819,10 @@ struct CtaStamp {  // no members: nothing held in registers across the kernel
 
 template <int BM, int BN, int CLUSTER, bool kWholeRing>
 __global__ void"""),
-          ("  using Cfg = Config<BM, BN, CLUSTER>;\n",
-           "  using Cfg = Config<BM, BN, CLUSTER>;\n  const CtaStamp cta_stamp;  // timing only\n")]
+          (_CFG_LINE, _CFG_LINE + "  const CtaStamp cta_stamp;  // timing only\n")]
 
 
+# variant -> the (old, new) line replacements it makes, each old text found exactly once
 REPLACEMENTS = {
     "hint": HINT,
     "cvtint": CVTINT,
@@ -840,8 +842,7 @@ REPLACEMENTS = {
     "epiafter": EPIAFTER,
     "nostore": [("          tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);\n",
                  "          if (p.M < 0) tma_store_2d(&tma_d, box, n0 + bx * Cfg::kBoxCols, row0 + w * 64);  // timing only\n")],
-    "noop": [("  using Cfg = Config<BM, BN, CLUSTER>;\n",
-              "  using Cfg = Config<BM, BN, CLUSTER>;\n  if (p.M > 0) return;  // timing only: the launch alone\n")],
+    "noop": [(_CFG_LINE, _CFG_LINE + "  if (p.M > 0) return;  // timing only: the launch alone\n")],
     "stamps": STAMPS,
     "nobar": [(_BOX_FREE, ""), (_BOX_FENCE_BAR, "")],
     "noepi": [(_EPI_HEAD, _EPI_HEAD + """      if (p.M > 0) {  // timing only: no stores
