@@ -98,10 +98,14 @@ void print_cta_stamps(Run run) {
   float ms = 0.f;
   CHECK(cudaEventElapsedTime(&ms, e0, e1));
   CHECK(cudaMemcpyFromSymbol(st.data(), g_cta_stamps, st.size() * 8));
+  // Times relative to the earliest start, taken in integers: the timer's absolute values (about
+  // 1.8e18 ns) are 256 ns apart as doubles.
+  unsigned long long first = ~0ull;
+  for (int c = 0; c < kStampCtas && st[5 * c] != 0; ++c) first = std::min(first, st[5 * c]);
   std::vector<double> start, end, ns, cycles;
   for (int c = 0; c < kStampCtas && st[5 * c] != 0; ++c) {
-    start.push_back(double(st[5 * c]));
-    end.push_back(double(st[5 * c + 1]));
+    start.push_back(double(st[5 * c] - first));
+    end.push_back(double(st[5 * c + 1] - first));
     ns.push_back(double(st[5 * c + 1] - st[5 * c]));
     cycles.push_back(double(st[5 * c + 3] - st[5 * c + 2]));
   }
