@@ -6,7 +6,8 @@
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++20 -I csrc/gemm_sm90 tools/sm90_standalone.cu -o sm90_standalone
 //   [LTX_SM90_DATA=full] [LTX_SM90_SUSTAIN_MS=2000] [LTX_SM90_CHECK=0] ./sm90_standalone M N K BM BN CLUSTER [reps]
 // LTX_SM90_CHECK=0 skips the check, for kernel builds that compute wrong results on purpose.
-// Built with -DLTX_SM90_STAMPS over the stamps variant, it also prints the CTAs' start / end spread.
+// Built with -DLTX_SM90_STAMPS over the stamps variant, it also prints the CTAs' start / end spread
+// (LTX_SM90_STAMPS_CSV=FILE: every CTA's SM, start, end and cycles).
 #include "sm90_lib.cu"  // the C entry point, over the kernel of the -I folder (this or another checkout)
 
 #include <dlfcn.h>
@@ -134,6 +135,14 @@ void print_cta_stamps(Run run) {
               pct(ns, 0.0), pct(ns, 0.5), pct(ns, 1.0), pct(cycles, 0.0), pct(cycles, 0.5), pct(cycles, 1.0));
   std::printf("stamps: the last to end: CTA %d on SM %llu, started %.0f ns after the first, ran %.0f ns (%.0f cycles)\n",
               last, st[5 * last + 4], start_off[last], ns[last], cycles[last]);
+  if (const char* path = std::getenv("LTX_SM90_STAMPS_CSV")) {  // one row a CTA, for a closer look
+    if (FILE* f = std::fopen(path, "w")) {
+      std::fprintf(f, "cta,sm,start_ns,end_ns,cycles\n");
+      for (int c = 0; c < n; ++c)
+        std::fprintf(f, "%d,%llu,%.0f,%.0f,%.0f\n", c, st[5 * c + 4], start[c], end[c], cycles[c]);
+      std::fclose(f);
+    }
+  }
 }
 #endif
 
