@@ -21,7 +21,7 @@ def write(path, rows):
 def test_committed_run():
     text = summary(RUN / f"stamps_1024_{i}.csv" for i in (1, 2, 3))
     assert "launch 1: 128 CTAs, duration min / median / max 24672 / 25456 / 25920 ns" in text
-    assert "same SM, two launches, correlation of durations: +0.70 over 128 SMs" in text
+    assert "same SM, its first two launches, correlation of durations: +0.70 over 128 SMs" in text
 
 
 def test_a_slow_sm_follows_its_sm_not_its_cta(tmp_path):
@@ -30,6 +30,6 @@ def test_a_slow_sm_follows_its_sm_not_its_cta(tmp_path):
     b = write(tmp_path / "b.csv", [(c, (c + 2) % 6, 1000 + (300 if (c + 2) % 6 == 3 else 10 * c)) for c in range(6)])
     text = summary([a, b])
     assert "launch 1: 6 CTAs, duration min / median / max 1000 / 1030 / 1300 ns" in text
-    same_sm = float(text.split("same SM, two launches, correlation of durations: ")[1].split()[0])
+    same_sm = float(text.split("same SM, its first two launches, correlation of durations: ")[1].split()[0])
     same_cta = float(text.split("1-2 ")[1].split()[0])
     assert same_sm > 0.9 > same_cta

@@ -38,10 +38,10 @@ def main():
         for sm, d in run.values():
             by_sm.setdefault(sm, []).append(d)
     sms = [s for s, v in by_sm.items() if len(v) > 1]
-    if len(sms) > 2:  # the same SM in two launches (the CTA-to-SM mapping changes from launch to launch)
+    if len(sms) > 2:  # each SM in the first two launches that used it (CTAs land on other SMs each launch)
         first = [by_sm[s][0] for s in sms]
         second = [by_sm[s][1] for s in sms]
-        print(f"same SM, two launches, correlation of durations: {corr(first, second):+.2f} over {len(sms)} SMs")
+        print(f"same SM, its first two launches, correlation of durations: {corr(first, second):+.2f} over {len(sms)} SMs")
 
 
 if __name__ == "__main__":
