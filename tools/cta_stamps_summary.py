@@ -9,14 +9,6 @@ import csv
 import statistics as st
 
 
-def corr(x, y):
-    mx, my = st.mean(x), st.mean(y)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    sx = sum((a - mx) ** 2 for a in x) ** 0.5
-    sy = sum((b - my) ** 2 for b in y) ** 0.5
-    return sxy / (sx * sy)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="one file a launch, same shape and tile")
@@ -32,7 +24,7 @@ def main():
               f" (max {100 * (max(d) / st.median(d) - 1):.1f} % over the median)")
     pairs = [(i, j) for i in range(len(dur)) for j in range(i + 1, len(dur))]
     print("same CTA, two launches, correlation of durations:",
-          ", ".join(f"{i + 1}-{j + 1} {corr(dur[i], dur[j]):+.2f}" for i, j in pairs))
+          ", ".join(f"{i + 1}-{j + 1} {st.correlation(dur[i], dur[j]):+.2f}" for i, j in pairs))
     by_sm = {}
     for run in launches:
         for sm, d in run.values():
@@ -41,7 +33,7 @@ def main():
     if len(sms) > 2:  # each SM in the first two launches that used it (CTAs land on other SMs each launch)
         first = [by_sm[s][0] for s in sms]
         second = [by_sm[s][1] for s in sms]
-        print(f"same SM, its first two launches, correlation of durations: {corr(first, second):+.2f} over {len(sms)} SMs")
+        print(f"same SM, its first two launches, correlation of durations: {st.correlation(first, second):+.2f} over {len(sms)} SMs")
 
 
 if __name__ == "__main__":
