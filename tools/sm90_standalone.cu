@@ -115,10 +115,10 @@ void print_cta_stamps(Run run) {
     std::printf("stamps: no CTA recorded (not the stamps variant?)\n");
     return;
   }
-  const double t1 = *std::max_element(end.begin(), end.end());  // the first start is 0
   int last = 0;  // the CTA that ended last
   for (int c = 1; c < n; ++c)
     if (end[c] > end[last]) last = c;
+  const double t1 = end[last];  // the first start is 0
   auto pct = [](std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5))];
