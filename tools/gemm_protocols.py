@@ -18,6 +18,11 @@ an FP8 GEMM at full speed reaches within a fraction of a second. So one kernel h
              timed rounds queued behind a GPU sleep, the median per backend. All backends run in
              one power state and at one clock, so the ratios are work per clock under the cap,
              without the energy a kernel draws deciding its own clock (sustained keeps that).
+  interleaved_shuffled  interleaved, each round in a fresh (seeded) order of the backends, so that
+             no backend always runs right after the same one (in `interleaved` the order is fixed
+             within a shape, and each backend always follows the same neighbour, whose traces in
+             L2 and in the power state it inherits); `NAME_after` holds its median TFLOP/s by the
+             backend that ran just before it.
   interleaved_probed  interleaved, each call followed by the probe below (`NAME_probe_mhz`: the
              clock right after that backend's call, which tells whether the backends of one window
              really share one clock); the probes also lower the window's power.
@@ -50,6 +55,7 @@ brackets).
 import ctypes
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -77,13 +83,14 @@ PROBE_CYCLES = 150_000
 PROBED_ROUNDS, PROBED_CALLS = 20, 5
 
 
-def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=1):
+def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=1, orders=None, after=None):
     """{name: median ms} of reps rounds calling each function of fns in turn, each call between two
     CUDA events. flush: a 256 MB write before every call. head_start: all calls queue behind a GPU
     sleep (HEAD_START_CYCLES for every 50 GEMM launches, `launches` a call), and on_gpu_start runs
     once the GPU has reached the first (the clock sampler drops what it saw during the sleep).
     probes: a dict that receives {name: median MHz} of a timed GPU sleep of PROBE_CYCLES after
-    each call."""
+    each call. orders: one list of the names a round (default: fns' order every round); after: a
+    dict that receives {name: {predecessor: median ms}}."""
     global _FLUSH
     if flush and _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -92,8 +99,11 @@ def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=
     probed = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in fns} if probes is not None else None
     if head_start:
         torch.cuda._sleep(HEAD_START_CYCLES * max(1, reps * len(fns) * launches // 50))
+    calls = []  # (name, round, predecessor)
     for i in range(reps):
-        for n, fn in fns.items():
+        for n in (orders[i] if orders else fns):
+            fn = fns[n]
+            calls.append((n, i, calls[-1][0] if calls else "start"))
             if flush:
                 _FLUSH.fill_(i & 0xFF)
             starts[n][i].record()
@@ -111,6 +121,11 @@ def _timed_ms(fns, reps, flush, head_start, on_gpu_start, probes=None, launches=
     if probed is not None:
         probes.update({n: PROBE_CYCLES / statistics.median(e.elapsed_time(p) for e, p in zip(ends[n], probed[n])) / 1e3
                        for n in fns})
+    if after is not None:
+        by = {}
+        for n, i, pred in calls:
+            by.setdefault(n, {}).setdefault(pred, []).append(starts[n][i].elapsed_time(ends[n][i]))
+        after.update({n: {p: statistics.median(v) for p, v in preds.items()} for n, preds in by.items()})
     return {n: statistics.median(s.elapsed_time(e) for s, e in zip(starts[n], ends[n])) for n in fns}
 
 
@@ -119,10 +134,15 @@ def timed_median_ms(fn, reps, flush, head_start=False, on_gpu_start=None):
     return _timed_ms({"fn": fn}, reps, flush, head_start, on_gpu_start)["fn"]
 
 
-def timed_interleaved_ms(fns, rounds, on_gpu_start=None, probes=None):
+def timed_interleaved_ms(fns, rounds, on_gpu_start=None, probes=None, after=None):
     """Median ms per function of fns (a dict) called in turn for the given number of rounds, all
-    queued behind the GPU sleep (see _timed_ms)."""
-    return _timed_ms(fns, rounds, False, True, on_gpu_start, probes)
+    queued behind the GPU sleep (see _timed_ms); given a dict for after, each round in a seeded
+    random order, and the medians by predecessor go into it."""
+    orders = None
+    if after is not None:
+        rng = random.Random(0)
+        orders = [rng.sample(list(fns), len(fns)) for _ in range(rounds)]
+    return _timed_ms(fns, rounds, False, True, on_gpu_start, probes, orders=orders, after=after)
 
 
 def _load(fns, sustain_ms, calls_per_sync):
@@ -135,15 +155,17 @@ def _load(fns, sustain_ms, calls_per_sync):
         torch.cuda.synchronize()
 
 
-def measure_interleaved(fns, sustain_ms, sampler, rounds=30, probes=None):
+def measure_interleaved(fns, sustain_ms, sampler, rounds=30, probes=None, after=None):
     """{name: ms} of the interleaved protocol, with the clock and power of the shared window (and,
-    given a dict for probes, each backend's probed clock: interleaved_probed)."""
+    given a dict for probes, each backend's probed clock: interleaved_probed; given a dict for
+    after, rounds in shuffled orders and the medians by predecessor: interleaved_shuffled)."""
     for fn in fns.values():
         for _ in range(5):
             fn()
     torch.cuda.synchronize()
     _load(fns.values(), sustain_ms, 1)
-    return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart, probes=probes))
+    return sampler.window(lambda: timed_interleaved_ms(fns, rounds, on_gpu_start=sampler.restart, probes=probes,
+                                                       after=after))
 
 
 def _probed_window(fn, sampler, probes):
@@ -324,9 +346,13 @@ def main():
                    "refused": refused, "cuda_config": cuda_config}
             if protocol.startswith("interleaved"):  # one window for all backends
                 probes = {} if protocol == "interleaved_probed" else None
+                after = {} if protocol == "interleaved_shuffled" else None
+                rounds = 60 if after is not None else 30  # a backend follows each other one in 1/(n-1) of them
                 times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler,
-                                                        probes=probes)
+                                                        rounds=rounds, probes=probes, after=after)
                 timed = {name: (ms, mhz, watts) for name, ms in times.items()}
+                for name, preds in (after or {}).items():
+                    row[name + "_after"] = {p: round(flops / ms / 1e9, 1) for p, ms in sorted(preds.items())}
                 for name, probe_mhz in (probes or {}).items():
                     row[name + "_probe_mhz"] = round(probe_mhz, 1)
             else:
@@ -348,6 +374,10 @@ def main():
                               + (f"(probe {row[name + '_probe_mhz']:4.0f})" if name + "_probe_mhz" in row else "")
                               + f",{row.get(name + '_watts') or 0:3.0f}W" for name in sorted(fns))
             print(f"{row['shape']:>18s} {protocol:9s} [{cuda_config}] {cells}", flush=True)
+            for name in sorted(fns):
+                if name + "_after" in row:
+                    print(f"{'':>18s}   {name} after " + "  ".join(f"{p}={v:6.0f}" for p, v in row[name + "_after"].items()),
+                          flush=True)
         del qa, qb, d, bf_a, bf_b, outs, fns
         torch.cuda.empty_cache()
     if args.json:
@@ -362,7 +392,8 @@ def main():
                             f"sustained, {PROBED_ROUNDS} rounds of {PROBED_CALLS} timed calls and a timed sleep of "
                             f"{PROBE_CYCLES} cycles "
                             "(probe_mhz: its cycles over its time); interleaved_probed: interleaved with that sleep timed "
-                            "after every call"}
+                            "after every call; interleaved_shuffled: interleaved, 60 rounds, each in a seeded random "
+                            "order (NAME_after: TFLOP/s by the backend run just before)"}
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows}, f, indent=1)
     return 0
