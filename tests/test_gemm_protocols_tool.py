@@ -109,3 +109,26 @@ def test_probed_rounds_time_five_calls_then_the_sleep(queue, monkeypatch):
     assert queue[start:start + 2 * len(one_round)] == one_round * 2
     assert ms == pytest.approx(6.0 / 5)  # five calls and the end event between the two events
     assert mhz == pytest.approx(tool.PROBE_CYCLES / 2.0 / 1e3) and (nvml_mhz, watts) == (1500.0, 700.0)
+
+
+def test_shuffled_rounds_vary_the_order_and_split_the_medians_by_predecessor(queue):
+    last = [None]
+
+    def tracked(n):
+        def call():
+            if n == "b" and last[0] == "a":  # b runs slower right after a
+                queue.extend(["pad", "pad"])
+            queue.append(n)
+            last[0] = n
+        return call
+
+    calls = {n: tracked(n) for n in "abc"}
+    after = {}
+    ms = tool.timed_interleaved_ms(calls, 60, after=after)
+    order = [e for e in queue if e in ("a", "b", "c")]
+    rounds = [tuple(order[i:i + 3]) for i in range(0, len(order), 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds) and len(set(rounds)) > 1  # each round all three, orders vary
+    assert after["b"]["a"] == 4.0 and after["b"]["c"] == 2.0  # the slow neighbour shows in b's split
+    assert set(after["a"]) <= {"start", "a", "b", "c"} and ms["a"] == 2.0
+    assert tool.timed_interleaved_ms(calls, 60, after={}) is not None  # seeded: the same orders again
+    assert [e for e in queue if e in ("a", "b", "c")][len(order):] == order

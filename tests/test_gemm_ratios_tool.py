@@ -60,3 +60,16 @@ def test_split_clock_factors_each_ratio_into_clock_and_work_per_clock():
     line = tool.ratios(runs, [("cuda", "deep_gemm")], split_clock=True)[1]
     assert "1.045 (1.100, 0.990) = clock 0.950 (1.000, 0.900) x per clock 1.100 (1.100, 1.100)" in line
     assert "clock" not in tool.ratios(runs, [("cuda", "deep_gemm")])[1]  # only when asked
+
+
+def test_by_predecessor_compares_backends_after_the_same_neighbour():
+    shuffled = {"shape": "8192x8192x2048", "protocol": "interleaved_shuffled", "cuda_config": "256x128x2/1",
+                "cuda": 990.0, "deep_gemm": 1000.0,
+                "cuda_after": {"start": 900.0, "cuda": 1000.0, "deep_gemm": 980.0},
+                "deep_gemm_after": {"cuda": 1000.0, "deep_gemm": 1000.0}}
+    line = tool.ratios([[shuffled]], [("cuda", "deep_gemm")], by_predecessor=True)[1]
+    assert line.split()[3] == "0.990"
+    assert "after cuda 1.000 (1.000)" in line and "after deep_gemm 0.980 (0.980)" in line
+    assert "after start" not in line  # the first call follows the head-start sleep, no backend
+    assert "after each other 0.980 (0.980)" in line  # cuda after deep_gemm over deep_gemm after cuda
+    assert "after" not in tool.ratios([[shuffled]], [("cuda", "deep_gemm")])[1]  # only when asked

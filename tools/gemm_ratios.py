@@ -7,6 +7,11 @@ With ``--split-clock``, rows of the probed protocols (which measure each backend
 ``NAME_probe_mhz``) also give each ratio's two factors: the clock ratio and the work per clock
 (TFLOP/s over the probed clock), which repeats between runs where throughput and clock do not.
 
+With ``--by-predecessor``, rows of ``interleaved_shuffled`` (each backend's TFLOP/s split by the
+backend that ran just before it, ``NAME_after``) also give A / B with both after the same backend
+P (``after P``) and A after B over B after A (``after each other``): whether a ratio is the kernels'
+own or the neighbour each inherits (L2 contents, power state).
+
 Runs must come from one protocol on one GPU (ratios from different runs compare; absolute TFLOP/s
 under the power limit do not, docs/measuring.md).
 
@@ -32,7 +37,21 @@ def _fmt(vals: list[float]) -> str:
     return f"{statistics.mean(vals):.3f} ({', '.join(f'{v:.3f}' for v in vals)})" if vals else "-"
 
 
-def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]], split_clock: bool = False) -> list[str]:
+def _by_predecessor(rows: list[dict], a: str, b: str) -> str:
+    """A / B per common predecessor over the runs' interleaved_shuffled rows (module docstring)."""
+    afters = [(r[a + "_after"], r[b + "_after"]) for r in rows if r.get(a + "_after") and r.get(b + "_after")]
+    if not afters:
+        return ""
+    preds = [p for p in afters[0][0] if p in afters[0][1] and p != "start"]
+    parts = [f"after {p} {_fmt([x[p] / y[p] for x, y in afters if p in x and p in y])}" for p in preds]
+    mutual = [x[b] / y[a] for x, y in afters if b in x and a in y]
+    if mutual:
+        parts.append(f"after each other {_fmt(mutual)}")
+    return " [" + "; ".join(parts) + "]"
+
+
+def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]], split_clock: bool = False,
+           by_predecessor: bool = False) -> list[str]:
     lines = [f"{'shape':18s} {'host tile':12s} {'protocol':9s} " + "  ".join(f"{a}/{b}" for a, b in pairs)]
     keys = []
     for row in runs[0]:
@@ -48,6 +67,8 @@ def ratios(runs: list[list[dict]], pairs: list[tuple[str, str]], split_clock: bo
                 clock = [r[a + "_probe_mhz"] / r[b + "_probe_mhz"] for r in probed]
                 work = [r[a] / r[b] / c for r, c in zip(probed, clock)]
                 cells[-1] += f" = clock {_fmt(clock)} x per clock {_fmt(work)}"
+            if by_predecessor and protocol == "interleaved_shuffled":
+                cells[-1] += _by_predecessor(rows, a, b)
         lines.append(f"{shape:18s} {rows[0].get('cuda_config', '-'):12s} {protocol:9s} " + "  ".join(cells))
     return lines
 
@@ -104,13 +125,15 @@ def main() -> None:
                     help="probed rows: each ratio as clock ratio x work-per-clock ratio (module docstring)")
     ap.add_argument("--cluster-load-factor", action="store_true",
                     help="measured over predicted 256x128x2 / one-CTA tile (module docstring)")
+    ap.add_argument("--by-predecessor", action="store_true",
+                    help="interleaved_shuffled rows: each ratio per backend run just before (module docstring)")
     args = ap.parse_args()
     runs = [json.load(open(path))["rows"] for path in args.runs]
     if args.cluster_load_factor:
         print("\n".join(cluster_load_factor(runs)))
         return
     pairs = [tuple(p.split("/", 1)) for p in args.pairs.split(",")]
-    print("\n".join(ratios(runs, pairs, args.split_clock)))
+    print("\n".join(ratios(runs, pairs, args.split_clock, args.by_predecessor)))
 
 
 if __name__ == "__main__":
