@@ -347,7 +347,7 @@ def main():
             if protocol.startswith("interleaved"):  # one window for all backends
                 probes = {} if protocol == "interleaved_probed" else None
                 after = {} if protocol == "interleaved_shuffled" else None
-                rounds = 60 if after is not None else 30  # a backend follows each other one in 1/(n-1) of them
+                rounds = 60 if after is not None else 30  # each backend follows a given one in about 1/n of its calls
                 times, mhz, watts = measure_interleaved({name: fns[name] for name in names}, args.sustain_ms, sampler,
                                                         rounds=rounds, probes=probes, after=after)
                 timed = {name: (ms, mhz, watts) for name, ms in times.items()}
