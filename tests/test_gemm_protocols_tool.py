@@ -130,5 +130,5 @@ def test_shuffled_rounds_vary_the_order_and_split_the_medians_by_predecessor(que
     assert all(sorted(r) == ["a", "b", "c"] for r in rounds) and len(set(rounds)) > 1  # each round all three, orders vary
     assert after["b"]["a"] == 4.0 and after["b"]["c"] == 2.0  # the slow neighbour shows in b's split
     assert set(after["a"]) <= {"start", "a", "b", "c"} and ms["a"] == 2.0
-    assert tool.timed_interleaved_ms(calls, 60, after={}) is not None  # seeded: the same orders again
-    assert [e for e in queue if e in ("a", "b", "c")][len(order):] == order
+    tool.timed_interleaved_ms(calls, 60, after={})
+    assert [e for e in queue if e in ("a", "b", "c")][len(order):] == order  # seeded: the same orders again
